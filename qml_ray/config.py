@@ -1,0 +1,129 @@
+"""The run configuration: one YAML file drives the laptop run and the cluster."""
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from qml_ray import storage
+from qml_ray.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything that defines a training run. Field comments are the docs."""
+
+    qubits: int = 8  # cluster-state qubits (>= 4; odd counts allowed)
+    layers: int = 1  # quantum conv + pool layers
+    examples: int = 160  # excitation examples, train and test together
+    test_fraction: float = 0.3  # share of the examples held out for test
+    seed: int = 0  # seeds the data set and the weight initialisation
+    epochs: int = 50
+    batch_size: int = 32  # per worker; the global batch is batch_size x workers
+    learning_rate: float = 0.02  # Adam
+    workers: int = 1  # Ray Train workers, one MultiWorkerMirroredStrategy replica each
+    cpus_per_worker: int = 1  # Ray CPUs per worker; also sizes its TF thread pools
+    checkpoint_every: int = 5  # epochs between checkpoints (the last epoch always is one)
+    max_failures: int = 3  # times Ray Train restarts the workers from the last checkpoint
+    storage: str = "runs"  # folder that holds the run folders
+
+    def validate(self) -> "Config":
+        """Return self, or raise UsageError naming the first bad value."""
+        _require(self.qubits >= 4, "qubits must be at least 4")
+        most = max_layers(self.qubits)
+        _require(1 <= self.layers <= most, f"layers must be 1..{most} for {self.qubits} qubits")
+        _require(0 < self.test_fraction < 1, "test_fraction must be between 0 and 1")
+        _require(self.examples >= 10, "examples must be at least 10")
+        for name in ("epochs", "batch_size", "workers", "cpus_per_worker", "checkpoint_every"):
+            _require(getattr(self, name) >= 1, f"{name} must be at least 1")
+        _require(self.max_failures >= 0, "max_failures must be 0 or more")
+        _require(self.learning_rate > 0, "learning_rate must be positive")
+        _require(bool(self.storage), "storage must not be empty")
+        return self
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **changes).validate()
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(asdict(self), sort_keys=False)
+
+
+def asdict(config: Config) -> dict:
+    return dataclasses.asdict(config)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+def max_layers(qubits: int) -> int:
+    """Conv + pool layers that fit: each pooling keeps ceil(n/2) qubits, a conv needs 2."""
+    layers = 0
+    while qubits >= 2:
+        qubits = (qubits + 1) // 2
+        layers += 1
+    return layers
+
+
+def from_mapping(values: dict) -> Config:
+    """Build a validated Config from a mapping, rejecting unknown keys and wrong types."""
+    unknown = sorted(set(values) - set(FIELDS))
+    _require(not unknown, f"unknown config key(s): {', '.join(unknown)}")
+    return Config(**{k: _coerce(k, v) for k, v in values.items()}).validate()
+
+
+def load(path: str | Path) -> Config:
+    """Read a config YAML file."""
+    path = Path(path)
+    try:
+        values = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"config file not found: {path}") from None
+    except (OSError, yaml.YAMLError) as err:
+        raise UsageError(f"cannot read config file {path}: {_first_line(err)}") from None
+    if values is None:
+        values = {}
+    _require(isinstance(values, dict), f"config file {path} must hold a mapping of keys to values")
+    return from_mapping(values)
+
+
+def run_config_path(run: str) -> str:
+    return storage.join(run, "config.yaml")
+
+
+def of_run(run: str) -> Config:
+    """The resolved config stored in a run folder."""
+    path = run_config_path(run)
+    _require(storage.exists(path), f"no run at {run} (it has no config.yaml)")
+    try:
+        values = yaml.safe_load(storage.read_text(path))
+    except yaml.YAMLError as err:
+        raise UsageError(f"cannot read {path}: {_first_line(err)}") from None
+    _require(isinstance(values, dict), f"{path} must hold a mapping of keys to values")
+    return from_mapping(values)
+
+
+def _coerce(key: str, value):
+    kind = FIELDS[key].type
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    _require(ok, f"{key} must be {_KIND_NAMES[kind]}, got {value!r}")
+    return value
+
+
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string"}
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+
+
+def _first_line(err: Exception) -> str:
+    return " ".join(str(err).split())

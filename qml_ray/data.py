@@ -1,0 +1,66 @@
+"""The excitation data set: rx(theta) on one qubit of the cluster state.
+
+Label +1 when |theta| <= pi/2, else -1. The data set is drawn once from the config's
+seed, written to the run folder as Parquet, and every worker reads the same files and
+trains on its own shard of them.
+"""
+
+import cirq
+import numpy as np
+import pyarrow as pa
+import tensorflow as tf
+import tensorflow_quantum as tfq
+
+from qml_ray import storage
+from qml_ray.config import Config
+from qml_ray.model import qubits_for
+
+SPLITS = ("train", "test")
+
+
+def generate(config: Config) -> dict[str, pa.Table]:
+    """The seeded data set, split into train and test tables (id, circuit, label, angle, qubit)."""
+    rng = np.random.default_rng(config.seed)
+    qubits = qubits_for(config)
+    excited = rng.integers(len(qubits), size=config.examples)
+    angles = rng.uniform(-np.pi, np.pi, size=config.examples)
+    circuits = [cirq.Circuit(cirq.rx(angle)(qubits[q])) for q, angle in zip(excited, angles)]
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(config.examples), pa.int64()),
+            "circuit": pa.array(tfq.convert_to_tensor(circuits).numpy(), pa.binary()),
+            "label": pa.array(np.where(np.abs(angles) <= np.pi / 2, 1.0, -1.0), pa.float32()),
+            "angle": pa.array(angles, pa.float64()),
+            "qubit": pa.array(excited, pa.int32()),
+        }
+    )
+    n_test = max(1, round(config.examples * config.test_fraction))
+    return {"train": table.slice(0, config.examples - n_test), "test": table.slice(config.examples - n_test)}
+
+
+def split_path(run: str, split: str) -> str:
+    return storage.join(run, "data", f"{split}.parquet")
+
+
+def write(config: Config, run: str) -> None:
+    for split, table in generate(config).items():
+        storage.write_parquet(table, split_path(run, split))
+
+
+def read(run: str, split: str) -> pa.Table:
+    return storage.read_parquet(split_path(run, split))
+
+
+def shard(table: pa.Table, rank: int, world_size: int) -> pa.Table:
+    """Rows rank, rank + world_size, ...: the shards of all ranks partition the table."""
+    return table.take(np.arange(rank, table.num_rows, world_size))
+
+
+def to_tf_dataset(table: pa.Table, batch_size: int, shuffle_seed: int | None = None) -> tf.data.Dataset:
+    """(circuit, label) batches, reshuffled every epoch when a seed is given."""
+    circuits = tf.constant(table.column("circuit").to_pylist(), dtype=tf.string)
+    labels = tf.constant(table.column("label").to_numpy(), dtype=tf.float32)
+    dataset = tf.data.Dataset.from_tensor_slices((circuits, labels))
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(table.num_rows, seed=shuffle_seed, reshuffle_each_iteration=True)
+    return dataset.batch(batch_size)

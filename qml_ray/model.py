@@ -1,0 +1,120 @@
+"""The hybrid quantum convolutional neural network of the TensorFlow Quantum QCNN tutorial.
+
+A cluster state on n qubits is excited by the input circuit, then `layers` rounds of
+quantum convolution (a 15-parameter two-qubit unitary over neighbouring pairs) and
+quantum pooling (a 6-parameter gate moving half of the qubits' information onto the
+other half). Z readouts on the qubits left feed Dense(8) and Dense(1).
+"""
+
+import cirq
+import sympy
+import tensorflow as tf
+import tensorflow_quantum as tfq
+
+from qml_ray.config import Config
+
+CONV_PARAMS = 15
+POOL_PARAMS = 6
+
+
+def qubits_for(config: Config) -> list[cirq.GridQubit]:
+    return cirq.GridQubit.rect(1, config.qubits)
+
+
+def cluster_state_circuit(qubits) -> cirq.Circuit:
+    """Hadamards, then CZ around the ring."""
+    circuit = cirq.Circuit(cirq.H.on_each(qubits))
+    for this, following in zip(qubits, qubits[1:] + qubits[:1]):
+        circuit.append(cirq.CZ(this, following))
+    return circuit
+
+
+def one_qubit_unitary(qubit, symbols) -> cirq.Circuit:
+    """A general single-qubit rotation from X, Y and Z powers (3 symbols)."""
+    return cirq.Circuit(cirq.X(qubit) ** symbols[0], cirq.Y(qubit) ** symbols[1], cirq.Z(qubit) ** symbols[2])
+
+
+def two_qubit_unitary(qubits, symbols) -> cirq.Circuit:
+    """A parameterised two-qubit unitary (15 symbols, each used exactly once)."""
+    first, second = qubits
+    return cirq.Circuit(
+        one_qubit_unitary(first, symbols[0:3]),
+        one_qubit_unitary(second, symbols[3:6]),
+        cirq.ZZ(first, second) ** symbols[6],
+        cirq.YY(first, second) ** symbols[7],
+        cirq.XX(first, second) ** symbols[8],
+        one_qubit_unitary(first, symbols[9:12]),
+        one_qubit_unitary(second, symbols[12:15]),
+    )
+
+
+def two_qubit_pool(source, sink, symbols) -> cirq.Circuit:
+    """Pool source onto sink (6 symbols); the sink's basis change is undone with its inverse."""
+    sink_basis = one_qubit_unitary(sink, symbols[0:3])
+    source_basis = one_qubit_unitary(source, symbols[3:6])
+    return cirq.Circuit(sink_basis, source_basis, cirq.CNOT(source, sink), sink_basis**-1)
+
+
+def neighbour_pairs(qubits) -> list[tuple]:
+    """Pairs (0,1), (2,3), ... then (1,2), (3,4), ... closing the ring, for any qubit count."""
+    n = len(qubits)
+    even = [(qubits[i], qubits[i + 1]) for i in range(0, n - 1, 2)]
+    odd = [(qubits[i], qubits[(i + 1) % n]) for i in range(1, n, 2)]
+    closing = [(qubits[-1], qubits[0])] if n % 2 and n > 2 else []
+    return even + odd + closing
+
+
+def quantum_conv_circuit(qubits, symbols) -> cirq.Circuit:
+    """The same two-qubit unitary (shared weights) on every neighbouring pair."""
+    return cirq.Circuit(two_qubit_unitary(pair, symbols) for pair in neighbour_pairs(qubits))
+
+
+def quantum_pool_circuit(sources, sinks, symbols) -> cirq.Circuit:
+    """The same pooling gate (shared weights) from each source onto its sink."""
+    return cirq.Circuit(two_qubit_pool(source, sink, symbols) for source, sink in zip(sources, sinks))
+
+
+def qcnn_circuit(qubits, layers: int) -> tuple[cirq.Circuit, list[cirq.GridQubit]]:
+    """The model circuit and the qubits left to read out after `layers` conv + pool rounds."""
+    symbols = sympy.symbols(f"qcnn0:{layers * (CONV_PARAMS + POOL_PARAMS)}")
+    circuit = cirq.Circuit()
+    active = list(qubits)
+    for layer in range(layers):
+        offset = layer * (CONV_PARAMS + POOL_PARAMS)
+        conv = symbols[offset : offset + CONV_PARAMS]
+        pool = symbols[offset + CONV_PARAMS : offset + CONV_PARAMS + POOL_PARAMS]
+        sources, sinks = active[: len(active) // 2], active[len(active) // 2 :]
+        circuit += quantum_conv_circuit(active, conv)
+        circuit += quantum_pool_circuit(sources, sinks, pool)
+        active = sinks
+    return circuit, active
+
+
+def sign_agreement(y_true, y_pred):
+    """Per example, 1.0 where the predicted sign (>= 0 counts as +1) matches the label."""
+    predicted = tf.where(y_pred >= 0, 1.0, -1.0)
+    return tf.cast(tf.equal(tf.reshape(y_true, [-1]), tf.reshape(predicted, [-1])), tf.float32)
+
+
+def build_model(config: Config) -> tf.keras.Model:
+    """The hybrid QCNN, compiled with MSE, Adam and sign accuracy. Call inside a strategy scope."""
+    tf.keras.utils.set_random_seed(config.seed)
+    qubits = qubits_for(config)
+    model_circuit, readout_qubits = qcnn_circuit(qubits, config.layers)
+    excitations = tf.keras.Input(shape=(), dtype=tf.string, name="circuit")
+    prepared = tfq.layers.AddCircuit()(excitations, prepend=cluster_state_circuit(qubits))
+    readouts = tfq.layers.PQC(model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn")(prepared)
+    hidden = tf.keras.layers.Dense(8, activation="relu", name="dense_hidden")(readouts)
+    output = tf.keras.layers.Dense(1, name="dense_output")(hidden)
+    model = tf.keras.Model(inputs=excitations, outputs=output, name="hybrid_qcnn")
+    model.compile(
+        optimizer=tf.keras.optimizers.Adam(learning_rate=config.learning_rate),
+        loss=tf.keras.losses.MeanSquaredError(),
+        metrics=[tf.keras.metrics.MeanMetricWrapper(sign_agreement, name="accuracy")],
+    )
+    return model
+
+
+def readout_model(model: tf.keras.Model) -> tf.keras.Model:
+    """The quantum part alone: circuits in, Z expectation values out."""
+    return tf.keras.Model(inputs=model.inputs, outputs=model.get_layer("qcnn").output)

@@ -1,0 +1,43 @@
+"""Joining Ray and fitting work to it: the local default, an existing cluster, worker threads."""
+
+import ray
+
+from qml_ray.errors import UsageError
+
+# Reaches every Ray worker and actor before it imports TensorFlow (TFQ needs tf-keras).
+WORKER_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def connect(address: str | None) -> None:
+    """Join Ray: `None` joins the job's cluster when run by `ray job submit`, else starts a
+    local Ray; `auto` joins the cluster that RAY_ADDRESS or this machine names; else the address."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, runtime_env={"env_vars": WORKER_ENV}, logging_level="WARNING")
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise UsageError(f"cannot connect to Ray at {address}: {' '.join(str(err).split())}") from None
+
+
+def placeable_workers(cpus_per_worker: int) -> int:
+    """How many workers of `cpus_per_worker` CPUs the live nodes can hold at once."""
+    return sum(
+        int(node["Resources"].get("CPU", 0) // cpus_per_worker) for node in ray.nodes() if node["Alive"]
+    )
+
+
+def require_capacity(workers: int, cpus_per_worker: int) -> None:
+    """Fail at once, rather than wait forever, when the cluster cannot place every worker."""
+    fits = placeable_workers(cpus_per_worker)
+    if fits < workers:
+        total = int(ray.cluster_resources().get("CPU", 0))
+        raise UsageError(
+            f"the Ray cluster ({total} CPUs) can place {fits} worker(s) of {cpus_per_worker} CPU(s), "
+            f"not the {workers} asked for: lower --workers or --cpus-per-worker, or add nodes"
+        )
+
+
+def worker_env(cpus: int) -> dict:
+    """Runtime env vars for a TensorFlow process given `cpus` CPUs: thread pools sized to them.
+    (Importing TFQ starts TensorFlow, so the pools are sized by env var, not tf.config.)"""
+    return {**WORKER_ENV, "TF_NUM_INTRAOP_THREADS": str(cpus), "TF_NUM_INTEROP_THREADS": str(cpus)}
