@@ -87,13 +87,9 @@ def load(path: str | Path) -> Config:
     return from_mapping(values)
 
 
-def run_config_path(run: str) -> str:
-    return storage.join(run, "config.yaml")
-
-
 def of_run(run: str) -> Config:
     """The resolved config stored in a run folder."""
-    path = run_config_path(run)
+    path = storage.join(run, storage.CONFIG)
     _require(storage.exists(path), f"no run at {run} (it has no config.yaml)")
     try:
         values = yaml.safe_load(storage.read_text(path))

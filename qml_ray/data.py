@@ -38,17 +38,13 @@ def generate(config: Config) -> dict[str, pa.Table]:
     return {"train": table.slice(0, config.examples - n_test), "test": table.slice(config.examples - n_test)}
 
 
-def split_path(run: str, split: str) -> str:
-    return storage.join(run, "data", f"{split}.parquet")
-
-
 def write(config: Config, run: str) -> None:
     for split, table in generate(config).items():
-        storage.write_parquet(table, split_path(run, split))
+        storage.write_parquet(table, storage.split_path(run, split))
 
 
 def read(run: str, split: str) -> pa.Table:
-    return storage.read_parquet(split_path(run, split))
+    return storage.read_parquet(storage.split_path(run, split))
 
 
 def shard(table: pa.Table, rank: int, world_size: int) -> pa.Table:

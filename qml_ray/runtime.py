@@ -26,14 +26,15 @@ def placeable_workers(cpus_per_worker: int) -> int:
     )
 
 
-def require_capacity(workers: int, cpus_per_worker: int) -> None:
-    """Fail at once, rather than wait forever, when the cluster cannot place every worker."""
-    fits = placeable_workers(cpus_per_worker)
-    if fits < workers:
+def require_capacity(count: int, cpus_each: int, what: str, remedy: str) -> None:
+    """Fail at once, rather than wait forever, when the cluster cannot place `count` processes
+    of `cpus_each` CPUs (`what` names them in the message, `remedy` says what to change)."""
+    fits = placeable_workers(cpus_each)
+    if fits < count:
         total = int(ray.cluster_resources().get("CPU", 0))
         raise UsageError(
-            f"the Ray cluster ({total} CPUs) can place {fits} worker(s) of {cpus_per_worker} CPU(s), "
-            f"not the {workers} asked for: lower --workers or --cpus-per-worker, or add nodes"
+            f"the Ray cluster ({total} CPUs) can place {fits} process(es) of {cpus_each} CPU(s), "
+            f"not {count} {what}: {remedy}, or add nodes"
         )
 
 

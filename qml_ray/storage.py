@@ -12,10 +12,24 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# The run folder, <storage>/<name>/, holds these (see the README):
+CONFIG = "config.yaml"  # the resolved config
+DATA = "data"  # train.parquet and test.parquet
+CHECKPOINTS = "checkpoints"  # Ray Train checkpoints, one folder per checkpointed epoch
+WEIGHTS = "weights"  # the final weights, published when training ends
+HISTORY = "metrics.csv"  # one row per epoch
+TENSORBOARD = "tensorboard"  # per-epoch scalars and the readout histogram
+PREDICTIONS = "predictions"  # one folder of Parquet per inference run
+
 
 def run_dir(storage: str, name: str) -> str:
     """The absolute location of run `name` under `storage`."""
     return os.path.abspath(os.path.join(storage, name))
+
+
+def split_path(run: str, split: str) -> str:
+    """The Parquet file of a data split ("train" or "test") of a run."""
+    return join(run, DATA, f"{split}.parquet")
 
 
 def join(base: str, *parts: str) -> str:
@@ -85,3 +99,7 @@ class _atomic_file:
             os.replace(self.tmp, self.path)
         elif os.path.exists(self.tmp):
             os.remove(self.tmp)
+
+
+def rename(src: str, dest: str) -> None:
+    os.replace(src, dest)

@@ -10,7 +10,6 @@ import time
 from qml_ray import cli, config as config_lib, runtime, storage
 from qml_ray.errors import UsageError
 
-CHECKPOINTS = "checkpoints"  # Ray Train's run name: checkpoints live in <run>/checkpoints/
 # Keys that define a run's data set and model: a resumed run must keep them.
 FIXED_ON_RESUME = ("qubits", "layers", "examples", "test_fraction", "seed")
 
@@ -53,7 +52,7 @@ def prepare_run(config: config_lib.Config, run: str, resume: bool) -> None:
         from qml_ray import data
 
         data.write(config, run)
-    storage.write_text(config_lib.run_config_path(run), config.to_yaml())
+    storage.write_text(storage.join(run, storage.CONFIG), config.to_yaml())
 
 
 def fit(config: config_lib.Config, run: str):
@@ -68,7 +67,7 @@ def fit(config: config_lib.Config, run: str):
         train_loop_config={"config": config_lib.asdict(config), "run": run},
         scaling_config=ScalingConfig(num_workers=config.workers,
                                      resources_per_worker={"CPU": config.cpus_per_worker}),
-        run_config=RunConfig(name=CHECKPOINTS, storage_path=run,
+        run_config=RunConfig(name=storage.CHECKPOINTS, storage_path=run,
                              failure_config=FailureConfig(max_failures=config.max_failures),
                              logging_config=LoggingConfig(log_level="WARNING"),
                              worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker)}),
@@ -78,7 +77,7 @@ def fit(config: config_lib.Config, run: str):
 
 def publish_weights(result, run: str) -> str:
     """Copy the final checkpoint's weights to <run>/weights/."""
-    weights = storage.join(run, "weights")
+    weights = storage.join(run, storage.WEIGHTS)
     with result.checkpoint.as_directory() as folder:
         storage.publish_dir(folder, weights)
     return weights
@@ -88,7 +87,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     config, run = resolve_run(args)
     runtime.connect(args.address)
-    runtime.require_capacity(config.workers, config.cpus_per_worker)
+    runtime.require_capacity(config.workers, config.cpus_per_worker, "training workers",
+                             "lower --workers or --cpus-per-worker")
     print(f"run folder: {run}", flush=True)
     prepare_run(config, run, args.resume)
     result = fit(config, run)

@@ -24,7 +24,6 @@ from qml_ray.config import Config
 
 WEIGHTS_PREFIX = "qcnn"  # TensorFlow checkpoint prefix inside a checkpoint or weights folder
 STATE_FILE = "state.json"  # epochs done and the metrics history, beside the weights
-HISTORY_FILE = "metrics.csv"
 HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second")
 
 
@@ -93,7 +92,7 @@ class EpochReporter(tf.keras.callbacks.Callback):
         self.train_examples, self.readouts, self.is_chief = train_examples, readouts, readouts is not None
         if self.is_chief:
             self.test_circuits = tf.constant(test_table.column("circuit").to_pylist(), dtype=tf.string)
-            self.summaries = tf.summary.create_file_writer(storage.join(run, "tensorboard"))
+            self.summaries = tf.summary.create_file_writer(storage.join(run, storage.TENSORBOARD))
 
     def on_epoch_begin(self, epoch, logs=None):
         self.started = time.perf_counter()
@@ -125,7 +124,7 @@ class EpochReporter(tf.keras.callbacks.Callback):
             f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.0f} circuits/s\n"
         )
         sys.stdout.flush()
-        storage.write_text(storage.join(self.run, HISTORY_FILE), history_csv(self.history))
+        storage.write_text(storage.join(self.run, storage.HISTORY), history_csv(self.history))
         with self.summaries.as_default(step=row["epoch"]):
             for key, value in row.items():
                 if key != "epoch":

@@ -1,0 +1,117 @@
+"""`python -m qml_ray.infer`: Ray Data batch inference with a run's trained weights.
+
+Ray Data reads the run's test split (or --data), a pool of actors each holding the
+model (built from the run's config, weights loaded once) predicts batch by batch, and
+the predictions land as Parquet in <run>/predictions/<timestamp>/.
+"""
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from qml_ray import cli, config as config_lib, runtime, storage
+from qml_ray.errors import UsageError
+
+def parse_args(argv=None):
+    parser = cli.ArgumentParser(
+        prog="python -m qml_ray.infer",
+        description="Batch inference over a trained run's weights with Ray Data.",
+    )
+    parser.add_argument("--run", required=True, help="the run folder, e.g. runs/20260101-120000")
+    parser.add_argument("--data", metavar="PARQUET",
+                        help="Parquet with a 'circuit' column (default: the run's test split)")
+    parser.add_argument("--actors", type=int, default=1, metavar="N", help="model-holding actors (default: 1)")
+    parser.add_argument("--batch-size", type=int, default=64, metavar="N", help="circuits per batch (default: 64)")
+    cli.add_address_flag(parser)
+    args = parser.parse_args(argv)
+    if args.actors < 1 or args.batch_size < 1:
+        parser.error("--actors and --batch-size must be at least 1")
+    return args
+
+
+def load_trained_model(run: str):
+    """The run's model with its final weights, or a UsageError saying why it cannot be had."""
+    import tensorflow as tf
+
+    from qml_ray.model import build_model
+    from qml_ray.worker import WEIGHTS_PREFIX
+
+    config = config_lib.of_run(run)
+    weights = storage.join(run, storage.WEIGHTS)
+    prefix = storage.join(storage.local_dir(weights), WEIGHTS_PREFIX)
+    if not storage.exists(prefix + ".index"):
+        raise UsageError(f"no weights in {weights}: has the run finished training?")
+    model = build_model(config)
+    try:
+        model.load_weights(prefix).expect_partial()
+    except (tf.errors.OpError, ValueError, AssertionError) as err:
+        reason = " ".join(str(err).split())[:300]
+        raise UsageError(f"cannot load the weights in {weights} into this run's model: {reason}") from None
+    return model
+
+
+class QCNNPredictor:
+    """Ray Data callable class: one model per actor, loaded once, applied to every batch."""
+
+    def __init__(self, run: str):
+        self.model = load_trained_model(run)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        circuits = tf.constant(list(batch.pop("circuit")), dtype=tf.string)
+        return {**batch, "prediction": self.model(circuits, training=False).numpy()[:, 0]}
+
+
+def predict(run: str, data_path: str, actors: int, batch_size: int):
+    """Predict every row of `data_path`; the result is materialised in the object store."""
+    import ray.data
+
+    return (
+        ray.data.read_parquet(data_path)
+        .map_batches(
+            QCNNPredictor,
+            fn_constructor_kwargs={"run": run},
+            batch_size=batch_size,
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_cpus=1,
+            runtime_env={"env_vars": runtime.worker_env(1)},
+        )
+        .materialize()
+    )
+
+
+def write_predictions(predictions, run: str) -> str:
+    """Write under a hidden name, then rename: a reader sees all of the predictions or none."""
+    out = storage.join(run, storage.PREDICTIONS, time.strftime("%Y%m%d-%H%M%S"))
+    staging = storage.join(run, storage.PREDICTIONS, f".staging-{os.getpid()}")
+    predictions.write_parquet(staging)
+    storage.rename(staging, out)
+    return out
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    run = os.path.abspath(args.run)
+    data_path = os.path.abspath(args.data) if args.data else storage.split_path(run, "test")
+    load_trained_model(run)  # fail here, in one line, rather than inside an actor
+    if not storage.exists(data_path):
+        raise UsageError(f"no data at {data_path}")
+    runtime.connect(args.address)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    runtime.require_capacity(args.actors + 1, 1, "inference actor(s) plus one CPU for Ray Data's reads",
+                             "lower --actors")
+    predictions = predict(run, data_path, args.actors, args.batch_size)
+    out = write_predictions(predictions, run)
+    table = predictions.to_pandas()
+    print(f"predicted {len(table)} circuits with {args.actors} actor(s); predictions in {out}")
+    if "label" in table:
+        errors = table["prediction"] - table["label"]
+        accuracy = np.mean(np.where(table["prediction"] >= 0, 1.0, -1.0) == table["label"])
+        print(f"mse {np.mean(errors ** 2):.4f}  accuracy {accuracy:.3f}")
+
+
+if __name__ == "__main__":
+    cli.run(main)

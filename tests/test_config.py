@@ -1,0 +1,62 @@
+"""Config files and values: defaults, the shipped configs and every kind of bad value."""
+
+import re
+
+import pytest
+import yaml
+
+from qml_ray import config as config_lib
+from qml_ray.config import Config, max_layers
+from qml_ray.errors import UsageError
+
+from conftest import ROOT
+
+
+@pytest.mark.parametrize("name", ["smoke", "tutorial", "qcnn-23q"])
+def test_shipped_configs_load(name):
+    config = config_lib.load(ROOT / "configs" / f"{name}.yaml")
+    assert config == config.validate()
+
+
+def test_headline_config_is_the_23_qubit_run():
+    config = config_lib.load(ROOT / "configs" / "qcnn-23q.yaml")
+    assert (config.qubits, config.examples) == (23, 1000)
+
+
+def test_max_layers():
+    assert [max_layers(n) for n in (4, 5, 8, 16, 23)] == [2, 3, 3, 4, 5]
+
+
+def test_yaml_round_trip():
+    config = Config(qubits=9, learning_rate=0.1)
+    assert config_lib.from_mapping(yaml.safe_load(config.to_yaml())) == config
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"qubit": 4}, "unknown config key(s): qubit"),
+    ({"qubits": 3}, "qubits must be at least 4"),
+    ({"workers": 0}, "workers must be at least 1"),
+    ({"epochs": 0}, "epochs must be at least 1"),
+    ({"qubits": "many"}, "qubits must be a whole number, got 'many'"),
+    ({"qubits": 4.5}, "qubits must be a whole number"),
+    ({"epochs": True}, "epochs must be a whole number"),
+    ({"learning_rate": "fast"}, "learning_rate must be a number"),
+    ({"layers": 4, "qubits": 8}, "layers must be 1..3 for 8 qubits"),
+    ({"test_fraction": 1.0}, "test_fraction must be between 0 and 1"),
+])
+def test_bad_values_are_rejected(values, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        config_lib.from_mapping(values)
+
+
+def test_missing_and_unparsable_files(tmp_path):
+    with pytest.raises(UsageError, match="config file not found"):
+        config_lib.load(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("qubits: [4\n")
+    with pytest.raises(UsageError, match="cannot read config file"):
+        config_lib.load(broken)
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n- 2\n")
+    with pytest.raises(UsageError, match="must hold a mapping"):
+        config_lib.load(listed)

@@ -1,0 +1,50 @@
+"""The excitation data set: seeded, shared by every worker, sharded without overlap."""
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from qml_ray import data, storage
+from qml_ray.config import Config
+
+CONFIG = Config(qubits=5, examples=101, seed=11)
+
+
+def test_same_seed_writes_identical_parquet(tmp_path):
+    data.write(CONFIG, str(tmp_path / "a"))
+    data.write(CONFIG, str(tmp_path / "b"))
+    for split in data.SPLITS:
+        first = pq.read_table(storage.split_path(str(tmp_path / "a"), split))
+        second = pq.read_table(storage.split_path(str(tmp_path / "b"), split))
+        assert first.equals(second)
+        assert first.num_rows > 0
+
+
+def test_another_seed_gives_other_data():
+    assert not data.generate(CONFIG)["train"].equals(data.generate(CONFIG.replace(seed=12))["train"])
+
+
+def test_data_does_not_depend_on_worker_count():
+    one, many = data.generate(CONFIG.replace(workers=1)), data.generate(CONFIG.replace(workers=7))
+    for split in data.SPLITS:
+        assert one[split].equals(many[split])
+
+
+def test_labels_follow_the_excitation_angle_and_splits_cover_all_examples():
+    tables = data.generate(CONFIG)
+    assert sum(t.num_rows for t in tables.values()) == CONFIG.examples
+    assert tables["test"].num_rows == round(CONFIG.examples * CONFIG.test_fraction)
+    for table in tables.values():
+        angles, labels = table.column("angle").to_numpy(), table.column("label").to_numpy()
+        np.testing.assert_array_equal(labels, np.where(np.abs(angles) <= np.pi / 2, 1.0, -1.0))
+        assert set(table.column("qubit").to_pylist()) <= set(range(CONFIG.qubits))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 7])
+def test_shards_partition_the_training_set(world_size):
+    train = data.generate(CONFIG)["train"]
+    shards = [data.shard(train, rank, world_size).column("id").to_pylist() for rank in range(world_size)]
+    flat = [i for shard in shards for i in shard]
+    assert sorted(flat) == train.column("id").to_pylist()
+    assert len(flat) == len(set(flat))
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
