@@ -13,6 +13,8 @@ import tensorflow_quantum as tfq
 
 from qml_ray.config import Config
 
+tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
+
 CONV_PARAMS = 15
 POOL_PARAMS = 6
 

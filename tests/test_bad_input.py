@@ -1,0 +1,116 @@
+"""Every user mistake: one clear error line, exit status 2, no traceback, nothing written or lost."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from qml_ray import storage
+
+from conftest import SMOKE, run_command
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file below `folder` with its size and modification time."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")} if folder.exists() else {}
+
+
+def assert_usage_error(done, message: str) -> None:
+    stderr = done.stderr.strip()
+    assert done.returncode == 2, done.stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr and "Traceback" not in done.stdout
+    assert message in stderr.splitlines()[-1], stderr[-2000:]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--qubits", "3"], "error: qubits must be at least 4"),
+    (["--workers", "0"], "error: workers must be at least 1"),
+    (["--epochs", "0"], "error: epochs must be at least 1"),
+    (["--workers", "two"], "error: workers must be a whole number, got 'two'"),
+    (["--config", "configs/missing.yaml"], "error: config file not found: configs/missing.yaml"),
+    (["--layers", "9"], "error: layers must be 1..3 for 8 qubits"),
+    (["--resume"], "error: --resume needs the --name"),
+    (["--frobnicate"], "error: unrecognized arguments: --frobnicate"),
+])
+def test_bad_train_flags(tmp_path, args, message):
+    done = run_command("train", "--storage", tmp_path / "runs", *args)
+    assert_usage_error(done, message)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("qubits: 6\nqbits: 4\n", "error: unknown config key(s): qbits"),
+    ("qubits: [6\n", "error: cannot read config file"),
+    ("epochs: -3\n", "error: epochs must be at least 1"),
+])
+def test_bad_config_files(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert_usage_error(run_command("train", "--config", path, "--storage", tmp_path / "runs"), message)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_more_workers_than_the_cluster_can_place_fails_at_once(tmp_path):
+    done = run_command("train", "--config", SMOKE, "--workers", 64, "--storage", tmp_path, timeout=120)
+    assert_usage_error(done, "not 64 training workers")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_run_is_never_overwritten(trained_run):
+    before = snapshot(trained_run.path)
+    done = run_command("train", "--config", SMOKE, "--storage", trained_run.path.parent, "--name", "smoke")
+    assert_usage_error(done, "already exists: choose another --name, or add --resume")
+    assert snapshot(trained_run.path) == before
+
+
+def test_resume_refuses_another_data_set_or_model(trained_run):
+    before = snapshot(trained_run.path)
+    done = run_command("train", "--storage", trained_run.path.parent, "--name", "smoke", "--resume", "--qubits", "6")
+    assert_usage_error(done, "with another qubits")
+    assert snapshot(trained_run.path) == before
+
+
+def test_resume_of_a_run_that_does_not_exist(tmp_path):
+    done = run_command("train", "--storage", tmp_path, "--name", "ghost", "--resume")
+    assert_usage_error(done, "no run at")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def run_copy(trained_run, tmp_path) -> Path:
+    """A copy of the trained run, free to damage."""
+    return Path(shutil.copytree(trained_run.path, tmp_path / "copy", ignore=shutil.ignore_patterns("predictions")))
+
+
+
+def remove_weights(run: Path) -> None:
+    shutil.rmtree(run / storage.WEIGHTS)
+
+
+def corrupt_weights(run: Path) -> None:
+    data_file = next((run / storage.WEIGHTS).glob("qcnn.data-*"))
+    data_file.write_bytes(b"\x00garbage" * 16)
+
+
+def change_model_shape(run: Path) -> None:
+    config = run / storage.CONFIG
+    config.write_text(config.read_text().replace("qubits: 4", "qubits: 8"))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (remove_weights, "error: no weights in"),
+    (corrupt_weights, "error: cannot load the weights in"),
+    (change_model_shape, "error: cannot load the weights in"),
+])
+def test_infer_with_missing_corrupt_or_mismatched_weights(run_copy, damage, message):
+    damage(run_copy)
+    done = run_command("infer", "--run", run_copy)
+    assert_usage_error(done, message)
+    assert not (run_copy / storage.PREDICTIONS).exists()
+
+
+def test_infer_without_a_run_or_its_data(run_copy, tmp_path):
+    assert_usage_error(run_command("infer", "--run", tmp_path / "nothing"), "error: no run at")
+    assert_usage_error(run_command("infer", "--run", run_copy, "--data", tmp_path / "none.parquet"), "error: no data at")
+    assert_usage_error(run_command("infer", "--run", run_copy, "--actors", "0"), "must be at least 1")
+    assert not (run_copy / storage.PREDICTIONS).exists()

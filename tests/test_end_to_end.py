@@ -1,0 +1,79 @@
+"""The whole mission on one machine: 2-worker Ray Train training, resume, Ray Data inference."""
+
+import re
+import shutil
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from qml_ray import config as config_lib, storage
+from qml_ray.infer import load_trained_model
+
+from conftest import SMOKE, run_command
+
+EPOCHS = config_lib.load(SMOKE).epochs
+
+
+def epoch_lines(output: str) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in re.findall(r"\bepoch (\d+)/(\d+)\s+loss", output)]
+
+
+def test_training_learns_and_fills_the_run_folder(trained_run):
+    run = trained_run.path
+    history = pd.read_csv(run / "metrics.csv")
+    assert history["epoch"].tolist() == list(range(1, EPOCHS + 1))
+    assert history["val_accuracy"].iloc[-1] >= 0.75  # chance is 0.5
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0]
+    assert (history["circuits_per_second"] > 0).all() and (history["epoch_seconds"] > 0).all()
+
+    assert config_lib.of_run(str(run)) == config_lib.load(SMOKE).replace(storage=str(run.parent))
+    assert {p.name for p in (run / "data").iterdir()} == {"train.parquet", "test.parquet"}
+    assert (run / "weights" / "qcnn.index").is_file()
+    assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004", "epoch-00006"]
+    assert not list(run.rglob(".staging-*")) and not list(run.rglob(".tmp-*"))
+
+
+def test_console_shows_one_line_per_epoch(trained_run):
+    assert epoch_lines(trained_run.output) == [(e, EPOCHS) for e in range(1, EPOCHS + 1)]
+
+
+def test_tensorboard_has_per_epoch_scalars_and_readout_histogram(trained_run):
+    events = EventAccumulator(str(trained_run.path / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = events.Tags()["tensors"]
+    assert {"loss", "accuracy", "val_loss", "val_accuracy", "qcnn_readout"} <= set(tags)
+    assert [event.step for event in events.Tensors("val_accuracy")] == list(range(1, EPOCHS + 1))
+
+
+def test_inference_equals_in_process_prediction(trained_run):
+    run = trained_run.path
+    done = run_command("infer", "--run", run, "--actors", 1, "--batch-size", 5)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = re.search(r"predictions in (\S+)", done.stdout).group(1)
+    predicted = pq.read_table(out).to_pandas().sort_values("id")
+
+    test = pq.read_table(storage.split_path(str(run), "test"))
+    model = load_trained_model(str(run))
+    expected = model(tf.constant(test.column("circuit").to_pylist()), training=False).numpy()[:, 0]
+    assert predicted["id"].tolist() == test.column("id").to_pylist()
+    np.testing.assert_allclose(predicted["prediction"].to_numpy(), expected, atol=1e-5)
+
+    mse = float(np.mean((expected - test.column("label").to_numpy()) ** 2))
+    assert f"mse {mse:.4f}" in done.stdout
+
+
+def test_resume_continues_the_epoch_counter(trained_run, tmp_path):
+    run = tmp_path / "smoke"
+    shutil.copytree(trained_run.path, run)
+    done = run_command("train", "--storage", tmp_path, "--name", "smoke", "--resume", "--epochs", EPOCHS + 2)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
+
+    before = pd.read_csv(trained_run.path / "metrics.csv")
+    after = pd.read_csv(run / "metrics.csv")
+    assert after["epoch"].tolist() == list(range(1, EPOCHS + 3))
+    pd.testing.assert_frame_equal(after.iloc[:EPOCHS], before)
+    assert config_lib.of_run(str(run)).epochs == EPOCHS + 2
