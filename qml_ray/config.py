@@ -40,6 +40,7 @@ class Config:
         _require(self.max_failures >= 0, "max_failures must be 0 or more")
         _require(self.learning_rate > 0, "learning_rate must be positive")
         _require(bool(self.storage), "storage must not be empty")
+        storage.check_location(self.storage)
         return self
 
     def replace(self, **changes) -> "Config":

@@ -38,12 +38,14 @@ def load_trained_model(run: str):
 
     config = config_lib.of_run(run)
     weights = storage.join(run, storage.WEIGHTS)
-    prefix = storage.join(storage.local_dir(weights), WEIGHTS_PREFIX)
-    if not storage.exists(prefix + ".index"):
+    if not storage.is_complete(weights):
         raise UsageError(f"no weights in {weights}: has the run finished training?")
     model = build_model(config)
     try:
-        model.load_weights(prefix).expect_partial()
+        with storage.local_copy(weights) as folder:
+            model.load_weights(os.path.join(folder, WEIGHTS_PREFIX)).expect_partial()
+    except UsageError:
+        raise
     except Exception as err:  # TF reports damaged or mismatched checkpoints with many error types
         reason = " ".join(str(err).split())[:300]
         raise UsageError(f"cannot load the weights in {weights} into this run's model: {reason}") from None
@@ -67,8 +69,9 @@ def predict(run: str, data_path: str, actors: int, batch_size: int):
     """Predict every row of `data_path`; the result is materialised in the object store."""
     import ray.data
 
+    filesystem, path = storage.pyarrow_filesystem(data_path)
     return (
-        ray.data.read_parquet(data_path)
+        ray.data.read_parquet(path, filesystem=filesystem)
         .map_batches(
             QCNNPredictor,
             fn_constructor_kwargs={"run": run},
@@ -82,18 +85,20 @@ def predict(run: str, data_path: str, actors: int, batch_size: int):
 
 
 def write_predictions(predictions, run: str) -> str:
-    """Write under a hidden name, then rename: a reader sees all of the predictions or none."""
+    """Write a new predictions folder, marked complete once every file is in."""
     out = storage.join(run, storage.PREDICTIONS, time.strftime("%Y%m%d-%H%M%S"))
-    staging = storage.join(run, storage.PREDICTIONS, f".staging-{os.getpid()}")
-    predictions.write_parquet(staging)
-    storage.rename(staging, out)
+    filesystem, path = storage.pyarrow_filesystem(out)
+    predictions.write_parquet(path, filesystem=filesystem)
+    storage.mark_complete(out)
     return out
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    run = os.path.abspath(args.run)
-    data_path = os.path.abspath(args.data) if args.data else storage.split_path(run, "test")
+    for location in filter(None, (args.run, args.data)):
+        storage.check_location(location)
+    run = storage.absolute(args.run)
+    data_path = storage.absolute(args.data) if args.data else storage.split_path(run, "test")
     load_trained_model(run)  # fail here, in one line, rather than inside an actor
     if not storage.exists(data_path):
         raise UsageError(f"no data at {data_path}")

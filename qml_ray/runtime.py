@@ -1,11 +1,16 @@
 """Joining Ray and fitting work to it: the local default, an existing cluster, worker threads."""
 
+import os
+
 import ray
 
 from qml_ray.errors import UsageError
 
-# Reaches every Ray worker and actor before it imports TensorFlow (TFQ needs tf-keras).
-WORKER_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+def job_env() -> dict:
+    """Env vars for every Ray worker and actor: tf-keras chosen before TensorFlow is imported
+    (TFQ needs it), and the driver's Cloud Storage emulator, if it uses one."""
+    passed = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST",) if key in os.environ}
+    return {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", **passed}
 
 
 def connect(address: str | None) -> None:
@@ -14,7 +19,7 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     try:
-        ray.init(address=address, runtime_env={"env_vars": WORKER_ENV}, logging_level="WARNING")
+        ray.init(address=address, runtime_env={"env_vars": job_env()}, logging_level="WARNING")
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UsageError(f"cannot connect to Ray at {address}: {' '.join(str(err).split())}") from None
 
@@ -41,4 +46,4 @@ def require_capacity(count: int, cpus_each: int, what: str, remedy: str) -> None
 def worker_env(cpus: int) -> dict:
     """Runtime env vars for a TensorFlow process given `cpus` CPUs: thread pools sized to them.
     (Importing TFQ starts TensorFlow, so the pools are sized by env var, not tf.config.)"""
-    return {**WORKER_ENV, "TF_NUM_INTRAOP_THREADS": str(cpus), "TF_NUM_INTEROP_THREADS": str(cpus)}
+    return {**job_env(), "TF_NUM_INTRAOP_THREADS": str(cpus), "TF_NUM_INTEROP_THREADS": str(cpus)}

@@ -1,16 +1,29 @@
-"""Where runs live. Every artifact of a run is read and written through these functions.
+"""Where runs live: a local folder, or Cloud Storage (gs://bucket/prefix).
 
-Writes are atomic: a file or folder appears whole under its final name or not at all,
-so a crash never leaves half-written weights, config or data behind.
+Every artifact of a run is read and written through these functions, so the code above
+them takes the same path for both. Nothing is ever seen half-written: a single file is
+replaced whole (a rename locally, a single-object upload on Cloud Storage), and a folder
+(weights, predictions) counts as complete only once its _COMPLETE marker exists, which
+is written last and, when the folder is replaced, removed first.
+
+Cloud Storage uses Application Default Credentials (Workload Identity on GKE) and honours
+STORAGE_EMULATOR_HOST; calls give up after a few seconds rather than retry for minutes.
 """
 
+import contextlib
+import functools
+import io
 import os
+import posixpath
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from qml_ray.errors import UsageError
 
 # The run folder, <storage>/<name>/, holds these (see the README):
 CONFIG = "config.yaml"  # the resolved config
@@ -20,11 +33,38 @@ WEIGHTS = "weights"  # the final weights, published when training ends
 HISTORY = "metrics.csv"  # one row per epoch
 TENSORBOARD = "tensorboard"  # per-epoch scalars and the readout histogram
 PREDICTIONS = "predictions"  # one folder of Parquet per inference run
+COMPLETE = "_COMPLETE"  # marks a published folder as whole
+
+GCS_PREFIX = "gs://"
+GCS_SECONDS = 15.0  # how long one Cloud Storage call may retry before giving up
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+def is_gcs(path: str) -> bool:
+    return path.startswith(GCS_PREFIX)
+
+
+def check_location(location: str) -> None:
+    """Raise UsageError unless `location` is a local path or gs://BUCKET[/PREFIX]."""
+    if is_gcs(location):
+        bucket = location[len(GCS_PREFIX):].split("/", 1)[0]
+        if not _BUCKET_NAME.match(bucket):
+            raise UsageError(f"malformed Cloud Storage location {location!r}: expected gs://BUCKET[/PREFIX]")
+    elif "://" in location or location.startswith("gs:"):
+        raise UsageError(f"unsupported storage {location!r}: use a local folder or gs://BUCKET[/PREFIX]")
 
 
 def run_dir(storage: str, name: str) -> str:
-    """The absolute location of run `name` under `storage`."""
-    return os.path.abspath(os.path.join(storage, name))
+    """The location of run `name` under `storage` (local paths made absolute)."""
+    return join(storage, name) if is_gcs(storage) else os.path.abspath(os.path.join(storage, name))
+
+
+def absolute(path: str) -> str:
+    return path if is_gcs(path) else os.path.abspath(path)
+
+
+def join(base: str, *parts: str) -> str:
+    return posixpath.join(base, *parts)
 
 
 def split_path(run: str, split: str) -> str:
@@ -32,74 +72,184 @@ def split_path(run: str, split: str) -> str:
     return join(run, DATA, f"{split}.parquet")
 
 
-def join(base: str, *parts: str) -> str:
-    return os.path.join(base, *parts)
+def check_reachable(location: str) -> None:
+    """Fail within seconds, in one line, when `location` cannot be used (bucket, network, rights)."""
+    if is_gcs(location):
+        bucket, prefix = _split(location)
+        _gcs(lambda: any(_client().list_blobs(bucket, prefix=prefix, max_results=1, **_limits())), location)
 
 
 def exists(path: str) -> bool:
-    return os.path.exists(path)
+    """Whether a file, or a folder with anything in it, is at `path`."""
+    if not is_gcs(path):
+        return os.path.exists(path)
+    bucket, name = _split(path)
+    is_file = _gcs(lambda: _blob(path).exists(**_limits()), path)
+    return is_file or _gcs(lambda: any(_client().list_blobs(bucket, prefix=name + "/", max_results=1, **_limits())), path)
 
 
-def make_dirs(path: str) -> None:
-    os.makedirs(path, exist_ok=True)
+def read_bytes(path: str) -> bytes:
+    if not is_gcs(path):
+        return Path(path).read_bytes()
+    return _gcs(lambda: _blob(path).download_as_bytes(**_limits()), path)
+
+
+def write_bytes(path: str, content: bytes) -> None:
+    if is_gcs(path):
+        _gcs(lambda: _blob(path).upload_from_string(content, **_limits()), path)
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
 
 
 def read_text(path: str) -> str:
-    return Path(path).read_text()
+    return read_bytes(path).decode()
 
 
 def write_text(path: str, text: str) -> None:
-    with _atomic_file(path) as tmp:
-        Path(tmp).write_text(text)
+    write_bytes(path, text.encode())
 
 
 def read_parquet(path: str) -> pa.Table:
-    return pq.read_table(path)
+    return pq.read_table(io.BytesIO(read_bytes(path)))
 
 
 def write_parquet(table: pa.Table, path: str) -> None:
-    with _atomic_file(path) as tmp:
-        pq.write_table(table, tmp)
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    write_bytes(path, out.getvalue())
+
+
+def mirror(local_dir: str, dest: str) -> None:
+    """Copy every file below `local_dir` to `dest`, replacing each whole."""
+    for file in sorted(Path(local_dir).rglob("*")):
+        if file.is_file():
+            write_bytes(join(dest, file.relative_to(local_dir).as_posix()), file.read_bytes())
 
 
 def publish_dir(local_dir: str, dest: str) -> None:
-    """Copy a folder to `dest`, replacing what was there only once the copy is complete."""
-    parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".staging-", dir=parent)
-    shutil.copytree(local_dir, staging, dirs_exist_ok=True)
-    if os.path.exists(dest):
-        retired = tempfile.mkdtemp(prefix=".retired-", dir=parent)
-        os.replace(dest, os.path.join(retired, "old"))
-        os.replace(staging, dest)
-        shutil.rmtree(retired)
+    """Copy a folder to `dest` so that readers see the old complete folder, or the new one."""
+    remove(join(dest, COMPLETE))
+    mirror(local_dir, dest)
+    mark_complete(dest)
+
+
+def mark_complete(folder: str) -> None:
+    write_bytes(join(folder, COMPLETE), b"")
+
+
+def is_complete(folder: str) -> bool:
+    return exists(join(folder, COMPLETE))
+
+
+def remove(path: str) -> None:
+    """Delete the file at `path` if there is one."""
+    if not is_gcs(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        return
+    from google.api_core.exceptions import NotFound
+
+    def delete():
+        with contextlib.suppress(NotFound):
+            _blob(path).delete(**_limits())
+
+    _gcs(delete, path)
+
+
+@contextlib.contextmanager
+def local_copy(folder: str):
+    """A local folder holding the files below `folder` (the folder itself when local)."""
+    if not is_gcs(folder):
+        yield folder
+        return
+    bucket, prefix = _split(folder)
+    with tempfile.TemporaryDirectory() as local:
+        for blob in _gcs(lambda: list(_client().list_blobs(bucket, prefix=prefix + "/", **_limits())), folder):
+            target = Path(local, blob.name[len(prefix) + 1:])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(_gcs(lambda: blob.download_as_bytes(**_limits()), folder))
+        yield local
+
+
+def pyarrow_filesystem(path: str):
+    """(filesystem, path within it) for Ray Train's and Ray Data's storage arguments."""
+    if not is_gcs(path):
+        return None, path
+    from datetime import timedelta
+
+    from pyarrow.fs import GcsFileSystem
+
+    limit = timedelta(seconds=GCS_SECONDS)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator:
+        scheme, _, host = emulator.rpartition("://")
+        fs = GcsFileSystem(anonymous=True, scheme=scheme or "http", endpoint_override=host, retry_time_limit=limit)
     else:
-        os.replace(staging, dest)
+        fs = GcsFileSystem(retry_time_limit=limit)
+    return fs, path[len(GCS_PREFIX):]
 
 
-def local_dir(path: str) -> str:
-    """A local folder holding the contents of `path`."""
-    return path
+# Cloud Storage plumbing.
+
+@functools.cache
+def _limits() -> dict:
+    """The retry deadline and (connect, read) timeouts of every Cloud Storage call."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return {"retry": DEFAULT_RETRY.with_timeout(GCS_SECONDS), "timeout": (5, 60)}
 
 
-class _atomic_file:
-    """Context manager yielding a temporary path that is renamed to `path` on success."""
+@functools.cache
+def _client():
+    from google.auth.exceptions import DefaultCredentialsError
+    from google.cloud import storage as gcs
 
-    def __init__(self, path: str):
-        self.path = path
-
-    def __enter__(self) -> str:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(self.path) or ".")
-        os.close(fd)
-        return self.tmp
-
-    def __exit__(self, kind, *_):
-        if kind is None:
-            os.replace(self.tmp, self.path)
-        elif os.path.exists(self.tmp):
-            os.remove(self.tmp)
+    try:
+        return gcs.Client()
+    except DefaultCredentialsError:
+        raise UsageError("no Google Cloud credentials: run `gcloud auth application-default login`, "
+                         "or on GKE give the pods a Workload Identity service account") from None
 
 
-def rename(src: str, dest: str) -> None:
-    os.replace(src, dest)
+def _split(path: str) -> tuple[str, str]:
+    bucket, _, name = path[len(GCS_PREFIX):].partition("/")
+    return bucket, name.rstrip("/")
+
+
+def _blob(path: str):
+    bucket, name = _split(path)
+    return _client().bucket(bucket).blob(name)
+
+
+def _gcs(call, path: str):
+    """Run a Cloud Storage call, turning its failures into one-line UsageErrors."""
+    from google.api_core import exceptions as api
+    from google.auth.exceptions import TransportError
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+
+    bucket, _ = _split(path)
+    try:
+        return call()
+    except api.NotFound as err:
+        if "bucket" in str(err).lower():
+            raise UsageError(f"Cloud Storage bucket {bucket!r} does not exist") from None
+        raise FileNotFoundError(path) from None
+    except api.Forbidden as err:
+        raise UsageError(f"no permission for {path}: {_first_line(err)}") from None
+    except api.Unauthorized as err:
+        raise UsageError(f"Cloud Storage refused the credentials for {path}: {_first_line(err)}") from None
+    except (api.RetryError, api.ServiceUnavailable, RequestsConnectionError, TransportError) as err:
+        endpoint = os.environ.get("STORAGE_EMULATOR_HOST", "storage.googleapis.com")
+        raise UsageError(f"cannot reach Cloud Storage at {endpoint} for {path}: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    return " ".join(str(err).split())[:300]

@@ -30,6 +30,7 @@ def parse_args(argv=None):
 def resolve_run(args) -> tuple[config_lib.Config, str]:
     """The config to train with and the run folder, checked against what is already stored."""
     requested = cli.config_from_args(args)
+    storage.check_reachable(requested.storage)
     if args.resume and not args.name:
         raise UsageError("--resume needs the --name of the run to continue")
     run = storage.run_dir(requested.storage, args.name or time.strftime("%Y%m%d-%H%M%S"))
@@ -62,12 +63,13 @@ def fit(config: config_lib.Config, run: str):
 
     from qml_ray.worker import train_worker
 
+    filesystem, path = storage.pyarrow_filesystem(run)
     trainer = TensorflowTrainer(
         train_worker,
         train_loop_config={"config": config_lib.asdict(config), "run": run},
         scaling_config=ScalingConfig(num_workers=config.workers,
                                      resources_per_worker={"CPU": config.cpus_per_worker}),
-        run_config=RunConfig(name=storage.CHECKPOINTS, storage_path=run,
+        run_config=RunConfig(name=storage.CHECKPOINTS, storage_path=path, storage_filesystem=filesystem,
                              failure_config=FailureConfig(max_failures=config.max_failures),
                              logging_config=LoggingConfig(log_level="WARNING"),
                              worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker)}),

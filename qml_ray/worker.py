@@ -53,6 +53,7 @@ def train_worker(params: dict) -> None:
     (train_set, train_steps), (test_set, test_steps) = distribute(train_table, config.seed + rank), distribute(test_table)
     with strategy.scope():
         model = build_model(config)
+        model.optimizer.build(model.trainable_variables)  # so a checkpoint's slots restore now
     done, history = restore(model, ray.train.get_checkpoint())
 
     readouts = readout_model(model) if rank == 0 else None
@@ -65,7 +66,8 @@ def restore(model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None) -> t
     """Load a checkpoint's weights and optimizer state; return its epochs done and history."""
     if checkpoint is None:
         return 0, []
-    with checkpoint.as_directory() as folder:
+    with tempfile.TemporaryDirectory() as folder:  # per worker: as_directory() is shared on a node
+        checkpoint.to_directory(folder)
         model.load_weights(os.path.join(folder, WEIGHTS_PREFIX))
         with open(os.path.join(folder, STATE_FILE)) as f:
             state = json.load(f)
@@ -92,7 +94,8 @@ class EpochReporter(tf.keras.callbacks.Callback):
         self.train_examples, self.readouts, self.is_chief = train_examples, readouts, readouts is not None
         if self.is_chief:
             self.test_circuits = tf.constant(test_table.column("circuit").to_pylist(), dtype=tf.string)
-            self.summaries = tf.summary.create_file_writer(storage.join(run, storage.TENSORBOARD))
+            self.summaries_dir = tempfile.mkdtemp(prefix="tensorboard-")
+            self.summaries = tf.summary.create_file_writer(self.summaries_dir)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.started = time.perf_counter()
@@ -131,3 +134,4 @@ class EpochReporter(tf.keras.callbacks.Callback):
                     tf.summary.scalar(key, value)
             tf.summary.histogram("qcnn_readout", self.readouts(self.test_circuits))
         self.summaries.flush()
+        storage.mirror(self.summaries_dir, storage.join(self.run, storage.TENSORBOARD))

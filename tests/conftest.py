@@ -14,18 +14,24 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"
 
 
-def command_env() -> dict:
-    """The environment for a command: no RAY_ADDRESS, so each command starts (and stops) its own Ray."""
+def command_env(**changes: str | None) -> dict:
+    """The environment for a command: no RAY_ADDRESS, so each command starts (and stops) its
+    own Ray; `changes` set (or, given None, remove) variables."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONUNBUFFERED"] = "1"
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     return env
 
 
-def run_command(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_command(module: str, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `python -m qml_ray.<module> args...` and return its completed process (text output)."""
     return subprocess.run(
         [sys.executable, "-m", f"qml_ray.{module}", *map(str, args)],
-        cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, env=env or command_env(), capture_output=True, text=True, timeout=timeout,
     )
 
 

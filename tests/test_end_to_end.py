@@ -33,7 +33,7 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
     assert {p.name for p in (run / "data").iterdir()} == {"train.parquet", "test.parquet"}
     assert (run / "weights" / "qcnn.index").is_file()
     assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004", "epoch-00006"]
-    assert not list(run.rglob(".staging-*")) and not list(run.rglob(".tmp-*"))
+    assert (run / "weights" / "_COMPLETE").is_file() and not list(run.rglob(".tmp-*"))
 
 
 def test_console_shows_one_line_per_epoch(trained_run):

