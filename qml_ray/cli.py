@@ -8,7 +8,7 @@ from qml_ray.errors import UsageError
 
 # Config keys that have a command-line flag (--cpus-per-worker for cpus_per_worker, ...).
 CONFIG_FLAGS = ("workers", "cpus_per_worker", "qubits", "layers", "examples", "epochs", "batch_size",
-                "seed", "checkpoint_every", "max_failures", "storage")
+                "seed", "checkpoint_every", "max_failures", "capacity_timeout", "storage")
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -26,6 +26,7 @@ class Config:
     cpus_per_worker: int = 1  # Ray CPUs per worker; also sizes its TF thread pools
     checkpoint_every: int = 5  # epochs between checkpoints (the last epoch always is one)
     max_failures: int = 3  # times Ray Train restarts the workers from the last checkpoint
+    capacity_timeout: int = 0  # seconds to wait for the cluster to grow to the workers (autoscaling)
     storage: str = "runs"  # folder that holds the run folders
 
     def validate(self) -> "Config":
@@ -38,6 +39,7 @@ class Config:
         for name in ("epochs", "batch_size", "workers", "cpus_per_worker", "checkpoint_every"):
             _require(getattr(self, name) >= 1, f"{name} must be at least 1")
         _require(self.max_failures >= 0, "max_failures must be 0 or more")
+        _require(self.capacity_timeout >= 0, "capacity_timeout must be 0 or more")
         _require(self.learning_rate > 0, "learning_rate must be positive")
         _require(bool(self.storage), "storage must not be empty")
         storage.check_location(self.storage)

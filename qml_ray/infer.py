@@ -105,7 +105,7 @@ def main(argv=None) -> None:
     runtime.connect(args.address)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     runtime.require_capacity(args.actors + 1, 1, "inference actor(s) plus one CPU for Ray Data's reads",
-                             "lower --actors")
+                             "lower --actors", config_lib.of_run(run).capacity_timeout)
     predictions = predict(run, data_path, args.actors, args.batch_size)
     out = write_predictions(predictions, run)
     table = predictions.to_pandas()

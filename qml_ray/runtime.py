@@ -1,6 +1,7 @@
 """Joining Ray and fitting work to it: the local default, an existing cluster, worker threads."""
 
 import os
+import time
 
 import ray
 
@@ -31,15 +32,25 @@ def placeable_workers(cpus_per_worker: int) -> int:
     )
 
 
-def require_capacity(count: int, cpus_each: int, what: str, remedy: str) -> None:
-    """Fail at once, rather than wait forever, when the cluster cannot place `count` processes
-    of `cpus_each` CPUs (`what` names them in the message, `remedy` says what to change)."""
+def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout: float = 0) -> None:
+    """Make sure the cluster can place `count` processes of `cpus_each` CPUs: ask the autoscaler
+    (if any) for them, wait up to `timeout` seconds, then fail with a UsageError rather than hang.
+    `what` names the processes in the messages, `remedy` says what the user can change."""
     fits = placeable_workers(cpus_each)
+    if fits < count and timeout > 0:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[{"CPU": cpus_each}] * count)
+        deadline = time.monotonic() + timeout
+        while fits < count and time.monotonic() < deadline:
+            print(f"waiting for the cluster to grow: {fits} of {count} {what} placeable", flush=True)
+            time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
+            fits = placeable_workers(cpus_each)
     if fits < count:
         total = int(ray.cluster_resources().get("CPU", 0))
         raise UsageError(
             f"the Ray cluster ({total} CPUs) can place {fits} process(es) of {cpus_each} CPU(s), "
-            f"not {count} {what}: {remedy}, or add nodes"
+            f"not {count} {what}{f' after {timeout:.0f} s' if timeout else ''}: {remedy}, or add nodes"
         )
 
 

@@ -56,7 +56,7 @@ def check_location(location: str) -> None:
 
 def run_dir(storage: str, name: str) -> str:
     """The location of run `name` under `storage` (local paths made absolute)."""
-    return join(storage, name) if is_gcs(storage) else os.path.abspath(os.path.join(storage, name))
+    return absolute(join(storage, name))
 
 
 def absolute(path: str) -> str:

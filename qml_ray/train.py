@@ -90,7 +90,7 @@ def main(argv=None) -> None:
     config, run = resolve_run(args)
     runtime.connect(args.address)
     runtime.require_capacity(config.workers, config.cpus_per_worker, "training workers",
-                             "lower --workers or --cpus-per-worker")
+                             "lower --workers or --cpus-per-worker", config.capacity_timeout)
     print(f"run folder: {run}", flush=True)
     prepare_run(config, run, args.resume)
     result = fit(config, run)

@@ -56,6 +56,14 @@ def test_more_workers_than_the_cluster_can_place_fails_at_once(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_capacity_that_never_comes_fails_after_the_timeout(tmp_path):
+    done = run_command("train", "--config", SMOKE, "--workers", 64, "--capacity-timeout", 3, "--storage", tmp_path,
+                       timeout=120)
+    assert_usage_error(done, "not 64 training workers after 3 s")
+    assert "waiting for the cluster to grow: 2 of 64 training workers placeable" in done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_existing_run_is_never_overwritten(trained_run):
     before = snapshot(trained_run.path)
     done = run_command("train", "--config", SMOKE, "--storage", trained_run.path.parent, "--name", "smoke")

@@ -1,0 +1,155 @@
+"""`python -m qml_ray.cluster render`: the KubeRay manifests for a config, on GKE.
+
+The same config that drives a laptop run sizes the cluster: one Ray worker pod per
+training worker, `cpus_per_worker` CPUs each, on spot nodes; the head runs no work
+(num-cpus 0) on an on-demand node. Every pod runs as the Workload Identity service
+account, so the bucket is reached without key files.
+"""
+
+import sys
+from importlib.metadata import version
+
+import yaml
+
+from qml_ray import cli, config as config_lib
+
+RAY_VERSION = version("ray")
+SERVICE_ACCOUNT = "qml-ray"
+HEAD_POOL = "ray-head"  # on-demand node pool for the Ray head and TensorBoard
+WORKLOAD_IDENTITY = {"iam.gke.io/gke-metadata-server-enabled": "true"}
+SPOT = {"cloud.google.com/gke-spot": "true"}
+TRAIN_DEADLINE_SECONDS = 6 * 3600
+INFER_DEADLINE_SECONDS = 3600
+FINISHED_TTL_SECONDS = 600
+MEMORY_PER_CPU_GI = 4
+
+
+def parse_args(argv=None):
+    parser = cli.ArgumentParser(prog="python -m qml_ray.cluster",
+                                description="Render the KubeRay manifests (GKE) for a config.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    render = commands.add_parser("render", help="print the manifests as YAML")
+    render.add_argument("--config", metavar="YAML", required=True, help="the run's config file")
+    render.add_argument("--workers", metavar="N", help="training workers (default: the config's)")
+    render.add_argument("--image", required=True, help="the qml_ray image (see cluster/Dockerfile)")
+    render.add_argument("--bucket", required=True, help="Cloud Storage bucket for the runs")
+    render.add_argument("--project", default="PROJECT_ID", help="Google Cloud project (for Workload Identity)")
+    render.add_argument("--name", default="qcnn", help="name of the run and prefix of the resources")
+    return parser.parse_args(argv)
+
+
+def pod_spec(image: str, cpus: int, node_selector: dict, container: dict) -> dict:
+    """A pod on the given nodes, as the Workload Identity service account, requests equal to limits."""
+    resources = {"cpu": str(cpus), "memory": f"{cpus * MEMORY_PER_CPU_GI}Gi"}
+    spec = {
+        "serviceAccountName": SERVICE_ACCOUNT,
+        "nodeSelector": {**WORKLOAD_IDENTITY, **node_selector},
+        "containers": [{"image": image, "resources": {"requests": resources, "limits": resources},
+                        "env": [{"name": "TF_USE_LEGACY_KERAS", "value": "1"}], **container}],
+    }
+    if node_selector == SPOT:
+        spec["tolerations"] = [{"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
+                                "effect": "NoSchedule"}]
+    return spec
+
+
+def ray_cluster_spec(image: str, cpus_per_worker: int, max_workers: int) -> dict:
+    """Head on an on-demand node (no work on it), autoscaled CPU workers on spot nodes."""
+    shm = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+    head = pod_spec(image, 2, {"cloud.google.com/gke-nodepool": HEAD_POOL}, {
+        "name": "ray-head",
+        "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"},
+                  {"containerPort": 10001, "name": "client"}],
+    })
+    worker = pod_spec(image, cpus_per_worker, SPOT, {
+        "name": "ray-worker", "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    })
+    worker["volumes"] = [shm]
+    return {
+        "rayVersion": RAY_VERSION,
+        "enableInTreeAutoscaling": True,
+        "autoscalerOptions": {"upscalingMode": "Default", "idleTimeoutSeconds": 120},
+        "headGroupSpec": {"rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+                          "template": {"spec": head}},
+        "workerGroupSpecs": [{
+            "groupName": "cpu", "replicas": 0, "minReplicas": 0, "maxReplicas": max_workers,
+            "rayStartParams": {}, "template": {"spec": worker},
+        }],
+    }
+
+
+def service_account(project: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": SERVICE_ACCOUNT, "annotations": {
+                "iam.gke.io/gcp-service-account": f"{SERVICE_ACCOUNT}@{project}.iam.gserviceaccount.com"}}}
+
+
+def ray_job(name: str, entrypoint: str, cluster: dict, deadline: int) -> dict:
+    """A RayJob that owns its cluster: made for the job, deleted after it."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name},
+            "spec": {"entrypoint": entrypoint, "activeDeadlineSeconds": deadline,
+                     "submitterConfig": {"backoffLimit": 2}, "shutdownAfterJobFinishes": True,
+                     "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS, "rayClusterSpec": cluster}}
+
+
+def tensorboard(name: str, image: str, logdir: str) -> list[dict]:
+    """TensorBoard on the run's gs:// logs, inside the cluster only (reach it with port-forward)."""
+    labels = {"app": f"{name}-tensorboard"}
+    spec = pod_spec(image, 1, {"cloud.google.com/gke-nodepool": HEAD_POOL}, {
+        "name": "tensorboard", "ports": [{"containerPort": 6006, "name": "http"}],
+        "command": ["tensorboard", "--logdir", logdir, "--host", "0.0.0.0", "--port", "6006"],
+    })
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"{name}-tensorboard"},
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": spec}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{name}-tensorboard"},
+         "spec": {"type": "ClusterIP", "selector": labels, "ports": [{"port": 6006, "targetPort": 6006}]}},
+    ]
+
+
+def render(config_path: str, config: config_lib.Config, *, image: str, bucket: str, project: str,
+           name: str) -> list[dict]:
+    """Every manifest: service account, RayCluster, training and inference RayJobs, TensorBoard."""
+    storage = f"gs://{bucket}/runs"
+    run = f"{storage}/{name}"
+    cluster = ray_cluster_spec(image, config.cpus_per_worker, config.workers)
+    infer_workers = max(1, config.workers // 8)
+    actors = max(1, infer_workers * config.cpus_per_worker - 1)  # one CPU stays free for Ray Data's reads
+    train = (f"python -m qml_ray.train --config {config_path} --workers {config.workers} "
+             f"--storage {storage} --name {name}")
+    infer = f"python -m qml_ray.infer --run {run} --actors {actors}"
+    return [
+        service_account(project),
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": f"{name}-cluster"},
+         "spec": cluster},
+        ray_job(f"{name}-train", train, cluster, TRAIN_DEADLINE_SECONDS),
+        ray_job(f"{name}-infer", infer, ray_cluster_spec(image, config.cpus_per_worker, infer_workers),
+                INFER_DEADLINE_SECONDS),
+        *tensorboard(name, image, f"{run}/tensorboard"),
+    ]
+
+
+class PlainDumper(yaml.SafeDumper):
+    """YAML for kubectl: shared parts are written out in full, not as anchors and aliases."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def to_yaml(manifests: list[dict]) -> str:
+    return yaml.dump_all(manifests, Dumper=PlainDumper, sort_keys=False, width=200)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    config = config_lib.load(args.config)
+    if args.workers is not None:
+        config = config_lib.from_mapping({**config_lib.asdict(config), "workers": args.workers})
+    manifests = render(args.config, config, image=args.image, bucket=args.bucket, project=args.project,
+                       name=args.name)
+    sys.stdout.write(to_yaml(manifests))
+
+
+if __name__ == "__main__":
+    cli.run(main)
