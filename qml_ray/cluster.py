@@ -15,6 +15,7 @@ from qml_ray import cli, config as config_lib
 
 RAY_VERSION = version("ray")
 SERVICE_ACCOUNT = "qml-ray"
+IMAGE_HOME = "/home/ray/qml_ray"  # where cluster/Dockerfile puts the project (and its configs)
 HEAD_POOL = "ray-head"  # on-demand node pool for the Ray head and TensorBoard
 WORKLOAD_IDENTITY = {"iam.gke.io/gke-metadata-server-enabled": "true"}
 SPOT = {"cloud.google.com/gke-spot": "true"}
@@ -116,7 +117,7 @@ def render(config_path: str, config: config_lib.Config, *, image: str, bucket: s
     cluster = ray_cluster_spec(image, config.cpus_per_worker, config.workers)
     infer_workers = max(1, config.workers // 8)
     actors = max(1, infer_workers * config.cpus_per_worker - 1)  # one CPU stays free for Ray Data's reads
-    train = (f"python -m qml_ray.train --config {config_path} --workers {config.workers} "
+    train = (f"python -m qml_ray.train --config {IMAGE_HOME}/{config_path} --workers {config.workers} "
              f"--storage {storage} --name {name}")
     infer = f"python -m qml_ray.infer --run {run} --actors {actors}"
     return [

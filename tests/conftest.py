@@ -1,6 +1,7 @@
 """Shared fixtures: the commands run as a user runs them, in subprocesses with their own local Ray."""
 
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ def command_env(**changes: str | None) -> dict:
     own Ray; `changes` set (or, given None, remove) variables."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # this python, ray
     for key, value in changes.items():
         if value is None:
             env.pop(key, None)
@@ -33,6 +35,12 @@ def run_command(module: str, *args: str, timeout: float = 600, env: dict | None 
         [sys.executable, "-m", f"qml_ray.{module}", *map(str, args)],
         cwd=ROOT, env=env or command_env(), capture_output=True, text=True, timeout=timeout,
     )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @dataclass

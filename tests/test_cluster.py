@@ -125,7 +125,8 @@ def test_operator_rules(label, doc):
 def test_training_job_runs_the_config_it_was_rendered_from():
     docs = {d["metadata"]["name"]: d for d in rendered("qcnn-23q", workers=32)}
     entrypoint = docs["qcnn-train"]["spec"]["entrypoint"]
-    assert entrypoint.startswith("python -m qml_ray.train --config configs/qcnn-23q.yaml --workers 32 ")
+    assert entrypoint.startswith(f"python -m qml_ray.train --config {cluster.IMAGE_HOME}/configs/qcnn-23q.yaml "
+                                 "--workers 32 ")
     assert "--storage gs://my-project-qml-ray/runs" in entrypoint
     assert docs["qcnn-cluster"]["spec"]["workerGroupSpecs"][0]["maxReplicas"] == 32
     assert docs["qcnn-tensorboard"]["kind"] in {"Deployment", "Service"}
@@ -136,6 +137,7 @@ def test_training_job_runs_the_config_it_was_rendered_from():
 def test_image_and_project_use_the_same_ray_and_python():
     dockerfile = (ROOT / "cluster" / "Dockerfile").read_text()
     assert f"FROM rayproject/ray:{ray.__version__}-py311-cpu" in dockerfile
+    assert f"WORKDIR {cluster.IMAGE_HOME}" in dockerfile and "COPY --chown=ray:users configs ./configs" in dockerfile
     assert f'"ray[train,data,default]=={ray.__version__}"' in (ROOT / "pyproject.toml").read_text()
 
 

@@ -4,7 +4,6 @@ import io
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,16 +19,10 @@ from qml_ray import config as config_lib, storage
 from qml_ray.infer import load_trained_model
 from qml_ray.model import build_model
 
-from conftest import SMOKE, command_env, run_command
+from conftest import SMOKE, command_env, free_port, run_command
 from test_end_to_end import EPOCHS, epoch_lines
 
 BUCKET = "qml-ray-test"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# A real multi-node Ray cluster on this machine, shaped like the RayCluster on GKE: a head
+# that runs no work (num-cpus 0) and serves the dashboard, and worker nodes, each its own
+# `ray start`. `down` stops exactly the processes `up` started, by their PIDs.
+#
+#   scripts/local_cluster.sh up [WORKER_NODES (2)] [CPUS_PER_NODE (1)]
+#   scripts/local_cluster.sh down
+#
+# Environment: QML_RAY_CLUSTER_DIR (PIDs and logs; /tmp/qml-ray-cluster), RAY_PORT (6380),
+# DASHBOARD_PORT (8265). The cluster uses Ray's token authentication: clients need
+# RAY_AUTH_MODE=token too (the token is in ~/.ray/auth_token), e.g.
+#   RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 ...
+set -euo pipefail
+export RAY_AUTH_MODE=token
+dir=${QML_RAY_CLUSTER_DIR:-/tmp/qml-ray-cluster}
+port=${RAY_PORT:-6380}
+dashboard=${DASHBOARD_PORT:-8265}
+
+start_node() {  # log name, then `ray start` arguments
+  local log=$1; shift
+  ray start --block --disable-usage-stats "$@" > "$dir/$log.log" 2>&1 &
+  echo $! >> "$dir/pids"
+}
+
+alive_nodes() {
+  python -c "import ray; ray.init(address='127.0.0.1:$port', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))" 2>/dev/null || echo 0
+}
+
+wait_for_nodes() {  # count: wait until that many nodes are alive, up to 120 s
+  for _ in $(seq 60); do
+    [ "$(alive_nodes)" -ge "$1" ] && return 0
+    sleep 2
+  done
+  echo "error: the cluster did not reach $1 node(s) within 120 s; logs in $dir" >&2
+  down
+  exit 1
+}
+
+up() {
+  local nodes=${1:-2} cpus=${2:-1}
+  mkdir -p "$dir"
+  if [ -s "$dir/pids" ]; then echo "error: a cluster is already up ($dir/pids): run down first" >&2; exit 2; fi
+  ray get-auth-token --generate > /dev/null
+  start_node head --head --port "$port" --num-cpus 0 --include-dashboard true \
+    --dashboard-host 127.0.0.1 --dashboard-port "$dashboard"
+  wait_for_nodes 1
+  for i in $(seq "$nodes"); do  # one at a time: nodes racing to register can time out
+    start_node "worker-$i" --address "127.0.0.1:$port" --num-cpus "$cpus"
+    wait_for_nodes $((i + 1))
+  done
+  echo "Ray cluster up: $((nodes + 1)) nodes, dashboard http://127.0.0.1:$dashboard, address 127.0.0.1:$port"
+}
+
+running() {  # PIDs: whether any is still running (zombies awaiting their reaper do not count)
+  local pid state
+  for pid in "$@"; do
+    state=$(ps -o stat= -p "$pid" 2>/dev/null) && [ "${state#Z}" = "$state" ] && return 0
+  done
+  return 1
+}
+
+down() {
+  [ -s "$dir/pids" ] || return 0
+  local pids
+  pids=$(cat "$dir/pids")
+  kill $pids 2>/dev/null || true
+  for _ in $(seq 40); do
+    running $pids || break
+    sleep 1
+  done
+  kill -9 $pids 2>/dev/null || true
+  rm -f "$dir/pids"
+  echo "Ray cluster down"
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) down ;;
+  *) echo "usage: $0 up [WORKER_NODES] [CPUS_PER_NODE] | down" >&2; exit 2 ;;
+esac
