@@ -8,6 +8,7 @@ account, so the bucket is reached without key files.
 
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import yaml
 
@@ -36,6 +37,7 @@ def parse_args(argv=None):
     render.add_argument("--bucket", required=True, help="Cloud Storage bucket for the runs")
     render.add_argument("--project", default="PROJECT_ID", help="Google Cloud project (for Workload Identity)")
     render.add_argument("--name", default="qcnn", help="name of the run and prefix of the resources")
+    render.add_argument("--out", metavar="DIR", help="write DIR/<resource name>.yaml files instead of printing")
     return parser.parse_args(argv)
 
 
@@ -142,6 +144,18 @@ def to_yaml(manifests: list[dict]) -> str:
     return yaml.dump_all(manifests, Dumper=PlainDumper, sort_keys=False, width=200)
 
 
+def write_files(manifests: list[dict], folder: str) -> list[Path]:
+    """One file per resource name (TensorBoard's Deployment and Service share theirs)."""
+    by_name: dict[str, list[dict]] = {}
+    for manifest in manifests:
+        by_name.setdefault(manifest["metadata"]["name"], []).append(manifest)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    paths = [Path(folder, f"{name}.yaml") for name in by_name]
+    for path, group in zip(paths, by_name.values()):
+        path.write_text(to_yaml(group))
+    return paths
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     config = config_lib.load(args.config)
@@ -149,7 +163,11 @@ def main(argv=None) -> None:
         config = config_lib.from_mapping({**config_lib.asdict(config), "workers": args.workers})
     manifests = render(args.config, config, image=args.image, bucket=args.bucket, project=args.project,
                        name=args.name)
-    sys.stdout.write(to_yaml(manifests))
+    if args.out:
+        for path in write_files(manifests, args.out):
+            print(path)
+    else:
+        sys.stdout.write(to_yaml(manifests))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ def train_worker(params: dict) -> None:
     rank, world_size = context.get_world_rank(), context.get_world_size()
 
     train_table, test_table = data.read(run, "train"), data.read(run, "test")
+
     def distribute(table, shuffle_seed=None):
         """This worker's shard, repeated, as its per-replica input, and the steps for one pass.
 
@@ -50,7 +51,8 @@ def train_worker(params: dict) -> None:
         steps = math.ceil(math.ceil(table.num_rows / world_size) / config.batch_size)
         return strategy.distribute_datasets_from_function(lambda _: dataset), steps
 
-    (train_set, train_steps), (test_set, test_steps) = distribute(train_table, config.seed + rank), distribute(test_table)
+    train_set, train_steps = distribute(train_table, shuffle_seed=config.seed + rank)
+    test_set, test_steps = distribute(test_table)
     with strategy.scope():
         model = build_model(config)
         model.optimizer.build(model.trainable_variables)  # so a checkpoint's slots restore now

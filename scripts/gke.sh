@@ -26,7 +26,7 @@ NAME=${NAME:-qcnn}                              # run name and prefix of the Kub
 SERVICE_ACCOUNT=qml-ray                         # both the Google and the Kubernetes service account
 NAMESPACE=${NAMESPACE:-default}
 KUBERAY_VERSION=1.7.0
-MANIFESTS=${MANIFESTS:-cluster/${NAME}.rendered.yaml}
+RENDERED=${RENDERED:-cluster/rendered}             # where the manifests for this setup are written
 
 GSA="${SERVICE_ACCOUNT}@${PROJECT}.iam.gserviceaccount.com"
 
@@ -66,13 +66,12 @@ up() {
   docker build -f cluster/Dockerfile -t "$IMAGE" .
   docker push "$IMAGE"
 
-  # The pods' Kubernetes service account, acting as the Google one; then the manifests for
-  # this project, bucket and image.
-  kubectl -n "$NAMESPACE" create serviceaccount "$SERVICE_ACCOUNT"
-  kubectl -n "$NAMESPACE" annotate serviceaccount "$SERVICE_ACCOUNT" "iam.gke.io/gcp-service-account=${GSA}"
+  # The manifests for this project, bucket and image, one file per resource; the pods'
+  # Kubernetes service account (acting as the Google one) goes in now.
   python -m qml_ray.cluster render --config "$CONFIG" --workers "$WORKERS" --image "$IMAGE" \
-    --bucket "$BUCKET" --project "$PROJECT" --name "$NAME" > "$MANIFESTS"
-  echo "ready: manifests in $MANIFESTS (see the README, 'Run on GKE')"
+    --bucket "$BUCKET" --project "$PROJECT" --name "$NAME" --out "$RENDERED"
+  kubectl apply -n "$NAMESPACE" -f "$RENDERED/${SERVICE_ACCOUNT}.yaml"
+  echo "ready: manifests in $RENDERED/ (see the README, 'Run on GKE')"
 }
 
 down() {

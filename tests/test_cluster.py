@@ -141,11 +141,23 @@ def test_image_and_project_use_the_same_ray_and_python():
     assert f'"ray[train,data,default]=={ray.__version__}"' in (ROOT / "pyproject.toml").read_text()
 
 
-def test_render_command_prints_the_manifests():
+def test_render_command_prints_or_writes_the_manifests(tmp_path):
     done = run_command("cluster", "render", "--config", "configs/qcnn-23q.yaml", "--workers", "32",
                        *[f"--{k}={v}" for k, v in DEFAULTS.items()])
     assert done.returncode == 0, done.stderr
     assert done.stdout == CHECKED_IN.read_text()
+    out = tmp_path / "rendered"
+    written = run_command("cluster", "render", "--config", "configs/qcnn-23q.yaml", "--workers", "32",
+                          *[f"--{k}={v}" for k, v in DEFAULTS.items()], "--out", out)
+    assert written.returncode == 0, written.stderr
+    files = {p.name: list(yaml.safe_load_all(p.read_text())) for p in out.iterdir()}
+    assert sorted(files) == ["qcnn-cluster.yaml", "qcnn-infer.yaml", "qcnn-tensorboard.yaml", "qcnn-train.yaml",
+                             "qml-ray.yaml"]
+    assert [d["kind"] for d in files["qcnn-tensorboard.yaml"]] == ["Deployment", "Service"]
+    def key(doc):
+        return doc["kind"], doc["metadata"]["name"]
+
+    assert sorted(sum(files.values(), []), key=key) == sorted(yaml.safe_load_all(CHECKED_IN.read_text()), key=key)
     bad = run_command("cluster", "render", "--config", "configs/qcnn-23q.yaml", "--workers", "0",
                       *[f"--{k}={v}" for k, v in DEFAULTS.items()])
     assert bad.returncode == 2 and bad.stderr.strip() == "error: workers must be at least 1"
