@@ -23,7 +23,7 @@ SPOT = {"cloud.google.com/gke-spot": "true"}
 TRAIN_DEADLINE_SECONDS = 6 * 3600
 INFER_DEADLINE_SECONDS = 3600
 FINISHED_TTL_SECONDS = 600
-MEMORY_PER_CPU_GI = 4
+MEMORY_PER_CPU_GI = 3  # 15 CPUs and 45Gi fit the allocatable share of a 16-vCPU, 64 GB node
 
 
 def parse_args(argv=None):
