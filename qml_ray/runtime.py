@@ -19,6 +19,8 @@ def connect(address: str | None) -> None:
     local Ray; `auto` joins the cluster that RAY_ADDRESS or this machine names; else the address."""
     if ray.is_initialized():
         return
+    if address is None:  # never a cluster that `ray start` left on this machine: jobs set RAY_ADDRESS
+        address = os.environ.get("RAY_ADDRESS", "local")
     try:
         ray.init(address=address, runtime_env={"env_vars": job_env()}, logging_level="WARNING")
     except (ConnectionError, RuntimeError, ValueError) as err:

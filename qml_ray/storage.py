@@ -16,7 +16,6 @@ import io
 import os
 import posixpath
 import re
-import shutil
 import tempfile
 from pathlib import Path
 

@@ -5,6 +5,8 @@ Train checkpoints, the metrics history and TensorBoard logs as training goes, an
 final weights once it is done.
 """
 
+import os
+import sys
 import time
 
 from qml_ray import cli, config as config_lib, runtime, storage
@@ -93,7 +95,14 @@ def main(argv=None) -> None:
                              "lower --workers or --cpus-per-worker", config.capacity_timeout)
     print(f"run folder: {run}", flush=True)
     prepare_run(config, run, args.resume)
-    result = fit(config, run)
+    from ray.train import TrainingFailedError
+
+    try:
+        result = fit(config, run)
+    except TrainingFailedError as err:  # workers failed more than max_failures times
+        print(f"error: training failed: {' '.join(str(err).split())[:500]}", file=sys.stderr)
+        print(f"the checkpoints are kept: continue with --name {os.path.basename(run)} --resume", file=sys.stderr)
+        sys.exit(1)
     weights = publish_weights(result, run)
     metrics = result.metrics or {}
     print(f"trained {config.epochs} epochs on {config.workers} worker(s): "

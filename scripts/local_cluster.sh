@@ -70,6 +70,8 @@ down() {
   done
   kill -9 $pids 2>/dev/null || true
   rm -f "$dir/pids"
+  # `ray start --head` recorded this cluster as the machine's current one: forget it.
+  if grep -qs ":${port}\$" /tmp/ray/ray_current_cluster; then rm -f /tmp/ray/ray_current_cluster; fi
   echo "Ray cluster down"
 }
 

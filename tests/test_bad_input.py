@@ -122,3 +122,14 @@ def test_infer_without_a_run_or_its_data(run_copy, tmp_path):
     assert_usage_error(run_command("infer", "--run", run_copy, "--data", tmp_path / "none.parquet"), "error: no data at")
     assert_usage_error(run_command("infer", "--run", run_copy, "--actors", "0"), "must be at least 1")
     assert not (run_copy / storage.PREDICTIONS).exists()
+
+
+def test_training_that_keeps_failing_says_how_to_continue(run_copy):
+    (run_copy / "data" / "train.parquet").unlink()  # every worker fails to read its shard
+    done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", "--epochs", 8,
+                       "--max-failures", 0)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines[-2].startswith("error: training failed:") and "train.parquet" in lines[-2]
+    assert lines[-1] == "the checkpoints are kept: continue with --name copy --resume"
+

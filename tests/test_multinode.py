@@ -33,6 +33,7 @@ def cluster(tmp_path_factory):
         down = subprocess.run([SCRIPT, "down"], env=env, capture_output=True, text=True, timeout=120)
         assert down.returncode == 0, down.stderr
         assert not [pid for pid in pids if is_running(pid)]
+        assert not Path("/tmp/ray/ray_current_cluster").exists()  # no stale cluster for later ray.init()
 
 
 def is_running(pid: int) -> bool:
