@@ -23,6 +23,7 @@ SPOT = {"cloud.google.com/gke-spot": "true"}
 TRAIN_DEADLINE_SECONDS = 6 * 3600
 INFER_DEADLINE_SECONDS = 3600
 FINISHED_TTL_SECONDS = 600
+TRAIN_JOB_RETRIES = 3  # whole-job reruns (new cluster, resumed from the checkpoints) after a failure
 MEMORY_PER_CPU_GI = 3  # 15 CPUs and 45Gi fit the allocatable share of a 16-vCPU, 64 GB node
 
 
@@ -87,10 +88,12 @@ def service_account(project: str) -> dict:
                 "iam.gke.io/gcp-service-account": f"{SERVICE_ACCOUNT}@{project}.iam.gserviceaccount.com"}}}
 
 
-def ray_job(name: str, entrypoint: str, cluster: dict, deadline: int) -> dict:
-    """A RayJob that owns its cluster: made for the job, deleted after it."""
+def ray_job(name: str, entrypoint: str, cluster: dict, deadline: int, retries: int) -> dict:
+    """A RayJob that owns its cluster: made for the job, deleted after it. A failed job is
+    run again `retries` times, each time on a new cluster; a failed `ray job submit` pod
+    (not the job) is retried twice."""
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name},
-            "spec": {"entrypoint": entrypoint, "activeDeadlineSeconds": deadline,
+            "spec": {"entrypoint": entrypoint, "activeDeadlineSeconds": deadline, "backoffLimit": retries,
                      "submitterConfig": {"backoffLimit": 2}, "shutdownAfterJobFinishes": True,
                      "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS, "rayClusterSpec": cluster}}
 
@@ -119,16 +122,17 @@ def render(config_path: str, config: config_lib.Config, *, image: str, bucket: s
     cluster = ray_cluster_spec(image, config.cpus_per_worker, config.workers)
     infer_workers = max(1, config.workers // 8)
     actors = max(1, infer_workers * config.cpus_per_worker - 1)  # one CPU stays free for Ray Data's reads
+    # --resume: a retried job continues the run from its checkpoints (or starts it, the first time).
     train = (f"python -m qml_ray.train --config {IMAGE_HOME}/{config_path} --workers {config.workers} "
-             f"--storage {storage} --name {name}")
+             f"--storage {storage} --name {name} --resume")
     infer = f"python -m qml_ray.infer --run {run} --actors {actors}"
     return [
         service_account(project),
         {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": f"{name}-cluster"},
          "spec": cluster},
-        ray_job(f"{name}-train", train, cluster, TRAIN_DEADLINE_SECONDS),
+        ray_job(f"{name}-train", train, cluster, TRAIN_DEADLINE_SECONDS, TRAIN_JOB_RETRIES),
         ray_job(f"{name}-infer", infer, ray_cluster_spec(image, config.cpus_per_worker, infer_workers),
-                INFER_DEADLINE_SECONDS),
+                INFER_DEADLINE_SECONDS, 0),
         *tensorboard(name, image, f"{run}/tensorboard"),
     ]
 

@@ -9,8 +9,8 @@ from qml_ray.errors import UsageError
 
 def job_env() -> dict:
     """Env vars for every Ray worker and actor: tf-keras chosen before TensorFlow is imported
-    (TFQ needs it), and the driver's Cloud Storage emulator, if it uses one."""
-    passed = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST",) if key in os.environ}
+    (TFQ needs it), and the driver's Cloud Storage emulator and benchmark timings folder, if set."""
+    passed = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST", "QML_RAY_TIMINGS") if key in os.environ}
     return {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", **passed}
 
 

@@ -126,11 +126,23 @@ def write_parquet(table: pa.Table, path: str) -> None:
     write_bytes(path, out.getvalue())
 
 
+def list_files(folder: str) -> list[str]:
+    """The paths of the files below `folder`, relative to it (none if it does not exist)."""
+    if not is_gcs(folder):
+        root = Path(folder)
+        return sorted(file.relative_to(root).as_posix() for file in root.rglob("*") if file.is_file())
+    bucket, prefix = _split(folder)
+    blobs = _gcs(lambda: list(_client().list_blobs(bucket, prefix=prefix + "/", **_limits())), folder)
+    return sorted(blob.name[len(prefix) + 1:] for blob in blobs)
+
+
 def mirror(local_dir: str, dest: str) -> None:
-    """Copy every file below `local_dir` to `dest`, replacing each whole."""
-    for file in sorted(Path(local_dir).rglob("*")):
-        if file.is_file():
-            write_bytes(join(dest, file.relative_to(local_dir).as_posix()), file.read_bytes())
+    """Make `dest` hold exactly the files below `local_dir`, each replaced whole."""
+    names = list_files(local_dir)
+    for name in names:
+        write_bytes(join(dest, name), Path(local_dir, name).read_bytes())
+    for name in set(list_files(dest)) - set(names):
+        remove(join(dest, name))
 
 
 def publish_dir(local_dir: str, dest: str) -> None:
@@ -169,12 +181,11 @@ def local_copy(folder: str):
     if not is_gcs(folder):
         yield folder
         return
-    bucket, prefix = _split(folder)
     with tempfile.TemporaryDirectory() as local:
-        for blob in _gcs(lambda: list(_client().list_blobs(bucket, prefix=prefix + "/", **_limits())), folder):
-            target = Path(local, blob.name[len(prefix) + 1:])
+        for name in list_files(folder):
+            target = Path(local, name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(_gcs(lambda: blob.download_as_bytes(**_limits()), folder))
+            target.write_bytes(read_bytes(join(folder, name)))
         yield local
 
 

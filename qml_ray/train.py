@@ -5,13 +5,18 @@ Train checkpoints, the metrics history and TensorBoard logs as training goes, an
 final weights once it is done.
 """
 
+import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 from qml_ray import cli, config as config_lib, runtime, storage
 from qml_ray.errors import UsageError
 
+START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+MIN_REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own default wait for a worker group to start
 # Keys that define a run's data set and model: a resumed run must keep them.
 FIXED_ON_RESUME = ("qubits", "layers", "examples", "test_fraction", "seed")
 
@@ -24,13 +29,14 @@ def parse_args(argv=None):
     cli.add_config_flags(parser)
     parser.add_argument("--name", help="run name (default: a timestamp); the run folder is <storage>/<name>")
     parser.add_argument("--resume", action="store_true",
-                        help="continue run --name from its latest checkpoint to the configured epochs")
+                        help="continue run --name from its latest checkpoint to the configured epochs, "
+                             "or start it if it does not exist yet (so a rerun after a crash continues)")
     cli.add_address_flag(parser)
     return parser.parse_args(argv)
 
 
-def resolve_run(args) -> tuple[config_lib.Config, str]:
-    """The config to train with and the run folder, checked against what is already stored."""
+def resolve_run(args) -> tuple[config_lib.Config, str, bool]:
+    """The config to train with, the run folder, and whether training continues a stored run."""
     requested = cli.config_from_args(args)
     storage.check_reachable(requested.storage)
     if args.resume and not args.name:
@@ -39,14 +45,27 @@ def resolve_run(args) -> tuple[config_lib.Config, str]:
     if not args.resume:
         if storage.exists(run):
             raise UsageError(f"run folder {run} already exists: choose another --name, or add --resume")
-        return requested, run
+        return requested, run, False
+    if not storage.exists(storage.join(run, storage.CONFIG)):  # never started, or stopped before its config
+        print(f"no run at {run} yet: starting it", flush=True)
+        return requested, run, False
     stored = config_lib.of_run(run)
     resumed = requested if args.config else config_lib.from_mapping(
         {**config_lib.asdict(stored), **cli.overrides(args)})
     changed = [key for key in FIXED_ON_RESUME if getattr(resumed, key) != getattr(stored, key)]
     if changed:
         raise UsageError(f"cannot resume {run} with another {', '.join(changed)}: they define its data and model")
-    return resumed, run
+    return resumed, run, True
+
+
+def published_epochs(run: str) -> int:
+    """Epochs trained into the run's published weights (0 when none are published)."""
+    from qml_ray.worker import STATE_FILE
+
+    weights = storage.join(run, storage.WEIGHTS)
+    if not storage.is_complete(weights):
+        return 0
+    return json.loads(storage.read_text(storage.join(weights, STATE_FILE)))["epoch"]
 
 
 def prepare_run(config: config_lib.Config, run: str, resume: bool) -> None:
@@ -58,13 +77,24 @@ def prepare_run(config: config_lib.Config, run: str, resume: bool) -> None:
     storage.write_text(storage.join(run, storage.CONFIG), config.to_yaml())
 
 
+def replacement_wait(config: config_lib.Config) -> float:
+    """Seconds Ray Train waits, after losing workers, for the cluster to place them all again."""
+    return max(config.capacity_timeout, MIN_REPLACEMENT_WAIT_SECONDS)
+
+
 def fit(config: config_lib.Config, run: str):
-    """Run the Ray Train job; Ray Train resumes from <run>/checkpoints/ when it holds any."""
+    """Run the Ray Train job; Ray Train resumes from <run>/checkpoints/ when it holds any.
+
+    A lost worker (or its node) restarts the whole worker group from the latest checkpoint,
+    up to `max_failures` times. If the cluster cannot place every worker again within
+    `replacement_wait` seconds, training stops (raising TrainingFailedError): it never
+    waits for capacity without end, and never continues with fewer workers."""
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.tensorflow import TensorflowTrainer
 
     from qml_ray.worker import train_worker
 
+    os.environ[START_TIMEOUT_ENV] = str(replacement_wait(config))  # Ray Train passes it to its controller
     filesystem, path = storage.pyarrow_filesystem(run)
     trainer = TensorflowTrainer(
         train_worker,
@@ -72,35 +102,55 @@ def fit(config: config_lib.Config, run: str):
         scaling_config=ScalingConfig(num_workers=config.workers,
                                      resources_per_worker={"CPU": config.cpus_per_worker}),
         run_config=RunConfig(name=storage.CHECKPOINTS, storage_path=path, storage_filesystem=filesystem,
-                             failure_config=FailureConfig(max_failures=config.max_failures),
+                             failure_config=FailureConfig(max_failures=config.max_failures,
+                                                          controller_failure_limit=0),
                              logging_config=LoggingConfig(log_level="WARNING"),
                              worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker)}),
     )
     return trainer.fit()
 
 
+def failure_message(err: Exception, config: config_lib.Config) -> str:
+    """One line on why training stopped."""
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+
+    if isinstance(getattr(err, "controller_failure", None), WorkerGroupStartupTimeoutError):
+        return (f"the cluster could not place all {config.workers} workers ({config.cpus_per_worker} CPU(s) each) "
+                f"within {replacement_wait(config):.0f} s: add nodes, raise --capacity-timeout "
+                f"or lower --workers")
+    return " ".join(str(err).split())[:500]
+
+
 def publish_weights(result, run: str) -> str:
-    """Copy the final checkpoint's weights to <run>/weights/."""
+    """Copy the final checkpoint, less its TensorBoard logs, to <run>/weights/."""
+    from qml_ray.worker import SUMMARIES
+
     weights = storage.join(run, storage.WEIGHTS)
-    with result.checkpoint.as_directory() as folder:
-        storage.publish_dir(folder, weights)
+    with result.checkpoint.as_directory() as folder, tempfile.TemporaryDirectory() as copy:
+        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(SUMMARIES), dirs_exist_ok=True)
+        storage.publish_dir(copy, weights)
     return weights
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    config, run = resolve_run(args)
+    config, run, resuming = resolve_run(args)
+    done = published_epochs(run) if resuming else 0
+    if done >= config.epochs:  # e.g. a job retried after it finished
+        print(f"run {run} has already trained {done} epochs: its weights are in "
+              f"{storage.join(run, storage.WEIGHTS)} (raise --epochs to train on)", flush=True)
+        return
     runtime.connect(args.address)
     runtime.require_capacity(config.workers, config.cpus_per_worker, "training workers",
                              "lower --workers or --cpus-per-worker", config.capacity_timeout)
     print(f"run folder: {run}", flush=True)
-    prepare_run(config, run, args.resume)
+    prepare_run(config, run, resuming)
     from ray.train import TrainingFailedError
 
     try:
         result = fit(config, run)
-    except TrainingFailedError as err:  # workers failed more than max_failures times
-        print(f"error: training failed: {' '.join(str(err).split())[:500]}", file=sys.stderr)
+    except TrainingFailedError as err:  # failed more than max_failures times, or lost capacity for good
+        print(f"error: training failed: {failure_message(err, config)}", file=sys.stderr)
         print(f"the checkpoints are kept: continue with --name {os.path.basename(run)} --resume", file=sys.stderr)
         sys.exit(1)
     weights = publish_weights(result, run)

@@ -2,9 +2,9 @@
 
 Ray's TensorflowTrainer sets TF_CONFIG on every worker before this runs. Each worker
 trains on its own shard of the run's data set, reports every epoch to Ray Train and,
-every `checkpoint_every` epochs, saves weights, optimizer state and the metrics history
-as a Ray Train checkpoint. All ranks save (Keras synchronises metric variables while
-saving under the strategy); rank 0's copy is the one kept.
+every `checkpoint_every` epochs, saves weights, optimizer state, the metrics history and
+the TensorBoard logs as a Ray Train checkpoint. All ranks save (Keras synchronises metric
+variables while saving under the strategy); rank 0's copy is the one kept.
 """
 
 import csv
@@ -12,6 +12,8 @@ import io
 import json
 import math
 import os
+import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -24,20 +26,31 @@ from qml_ray.config import Config
 
 WEIGHTS_PREFIX = "qcnn"  # TensorFlow checkpoint prefix inside a checkpoint or weights folder
 STATE_FILE = "state.json"  # epochs done and the metrics history, beside the weights
+SUMMARIES = "tensorboard"  # rank 0's TensorBoard logs up to the checkpoint's epoch
+TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its Timings there (the benchmark sets it)
 HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second")
 
 
 def train_worker(params: dict) -> None:
     """Ray Train's train_loop_per_worker."""
     config, run = Config(**params["config"]), params["run"]
-    tf.get_logger().setLevel("ERROR")
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    # Importing TFQ starts TensorFlow's runtime, after which the strategy cannot be set up.
+    context = ray.train.get_context()
+    train_replica(config, run, strategy, context.get_world_rank(), context.get_world_size(),
+                  ray.train.get_checkpoint(), ray_train=True)
+
+
+def train_replica(config: Config, run: str, strategy: tf.distribute.Strategy, rank: int, world_size: int,
+                  checkpoint: ray.train.Checkpoint | None = None, ray_train: bool = False) -> None:
+    """Train this replica on its shard of the run's data, from `checkpoint` if given.
+
+    Every runtime shares this: Ray Train workers (`ray_train`: report each epoch and save
+    checkpoints), and the benchmark's plain TF_CONFIG processes and single process. Create
+    `strategy` before calling: importing TFQ starts TensorFlow's runtime, after which a
+    MultiWorkerMirroredStrategy can no longer be set up."""
+    tf.get_logger().setLevel("ERROR")
     from qml_ray import data
     from qml_ray.model import build_model, readout_model
-
-    context = ray.train.get_context()
-    rank, world_size = context.get_world_rank(), context.get_world_size()
 
     train_table, test_table = data.read(run, "train"), data.read(run, "test")
 
@@ -56,16 +69,21 @@ def train_worker(params: dict) -> None:
     with strategy.scope():
         model = build_model(config)
         model.optimizer.build(model.trainable_variables)  # so a checkpoint's slots restore now
-    done, history = restore(model, ray.train.get_checkpoint())
+    summaries_dir = tempfile.mkdtemp(prefix="tensorboard-") if rank == 0 else None
+    done, history = restore(model, checkpoint, summaries_dir)
 
-    readouts = readout_model(model) if rank == 0 else None
-    reporter = EpochReporter(config, run, history, train_table.num_rows, test_table, readouts)
+    callbacks = [EpochReporter(config, run, history, train_table.num_rows, test_table, ray_train,
+                               readouts=readout_model(model) if rank == 0 else None, summaries_dir=summaries_dir)]
+    if os.environ.get(TIMINGS_ENV):
+        callbacks.append(Timings(os.path.join(os.environ[TIMINGS_ENV], f"rank-{rank}.json")))
     model.fit(train_set, steps_per_epoch=train_steps, validation_data=test_set, validation_steps=test_steps,
-              epochs=config.epochs, initial_epoch=done, callbacks=[reporter], verbose=0)
+              epochs=config.epochs, initial_epoch=done, callbacks=callbacks, verbose=0)
 
 
-def restore(model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None) -> tuple[int, list[dict]]:
-    """Load a checkpoint's weights and optimizer state; return its epochs done and history."""
+def restore(model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None,
+            summaries_dir: str | None) -> tuple[int, list[dict]]:
+    """Load a checkpoint's weights and optimizer state, and (into `summaries_dir`, if given)
+    its TensorBoard logs; return its epochs done and metrics history."""
     if checkpoint is None:
         return 0, []
     with tempfile.TemporaryDirectory() as folder:  # per worker: as_directory() is shared on a node
@@ -73,6 +91,8 @@ def restore(model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None) -> t
         model.load_weights(os.path.join(folder, WEIGHTS_PREFIX))
         with open(os.path.join(folder, STATE_FILE)) as f:
             state = json.load(f)
+        if summaries_dir:
+            shutil.copytree(os.path.join(folder, SUMMARIES), summaries_dir, dirs_exist_ok=True)
     return state["epoch"], state["history"]
 
 
@@ -85,19 +105,27 @@ def history_csv(history: list[dict]) -> str:
 
 
 class EpochReporter(tf.keras.callbacks.Callback):
-    """Per epoch: metrics to Ray Train (and so the dashboard), a checkpoint when due, and on
-    rank 0 one console line, the metrics history and TensorBoard summaries."""
+    """Per epoch: with `ray_train`, metrics to Ray Train (and so the dashboard) and a
+    checkpoint when due; on rank 0, one console line, the metrics history and TensorBoard.
+
+    The run's metrics.csv and TensorBoard folder always match the history up to the last
+    epoch: when training resumes from a checkpoint, both are rewritten to the checkpoint's
+    epochs before training goes on, so every epoch appears exactly once."""
 
     def __init__(self, config: Config, run: str, history: list[dict], train_examples: int, test_table,
-                 readouts: tf.keras.Model | None):
-        """`readouts` (the QCNN's quantum part) is given on rank 0 only."""
+                 ray_train: bool, readouts: tf.keras.Model | None, summaries_dir: str | None):
+        """`readouts` (the QCNN's quantum part) and `summaries_dir` are given on rank 0 only."""
         super().__init__()
-        self.config, self.run, self.history = config, run, history
+        self.config, self.run, self.history, self.ray_train = config, run, history, ray_train
         self.train_examples, self.readouts, self.is_chief = train_examples, readouts, readouts is not None
         if self.is_chief:
             self.test_circuits = tf.constant(test_table.column("circuit").to_pylist(), dtype=tf.string)
-            self.summaries_dir = tempfile.mkdtemp(prefix="tensorboard-")
-            self.summaries = tf.summary.create_file_writer(self.summaries_dir)
+            self.summaries_dir = summaries_dir
+            self.summaries = tf.summary.create_file_writer(summaries_dir)
+
+    def on_train_begin(self, logs=None):
+        if self.is_chief:
+            self.publish_logs()
 
     def on_epoch_begin(self, epoch, logs=None):
         self.started = time.perf_counter()
@@ -110,6 +138,8 @@ class EpochReporter(tf.keras.callbacks.Callback):
         self.history.append(row)
         if self.is_chief:
             self.log(row)
+        if not self.ray_train:
+            return
         due = row["epoch"] % self.config.checkpoint_every == 0 or row["epoch"] == self.config.epochs
         if not due:
             ray.train.report(row)
@@ -118,7 +148,10 @@ class EpochReporter(tf.keras.callbacks.Callback):
             self.model.save_weights(os.path.join(folder, WEIGHTS_PREFIX))
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump({"epoch": row["epoch"], "history": self.history}, f)
-            checkpoint = ray.train.Checkpoint.from_directory(folder) if self.is_chief else None
+            checkpoint = None
+            if self.is_chief:
+                shutil.copytree(self.summaries_dir, os.path.join(folder, SUMMARIES))
+                checkpoint = ray.train.Checkpoint.from_directory(folder)
             ray.train.report(row, checkpoint=checkpoint, checkpoint_dir_name=f"epoch-{row['epoch']:05d}")
 
     def log(self, row: dict) -> None:
@@ -129,11 +162,40 @@ class EpochReporter(tf.keras.callbacks.Callback):
             f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.0f} circuits/s\n"
         )
         sys.stdout.flush()
-        storage.write_text(storage.join(self.run, storage.HISTORY), history_csv(self.history))
         with self.summaries.as_default(step=row["epoch"]):
             for key, value in row.items():
                 if key != "epoch":
                     tf.summary.scalar(key, value)
             tf.summary.histogram("qcnn_readout", self.readouts(self.test_circuits))
         self.summaries.flush()
+        self.publish_logs()
+
+    def publish_logs(self) -> None:
+        """The run's metrics.csv and TensorBoard folder made to match the history."""
+        storage.write_text(storage.join(self.run, storage.HISTORY), history_csv(self.history))
         storage.mirror(self.summaries_dir, storage.join(self.run, storage.TENSORBOARD))
+
+
+class Timings(tf.keras.callbacks.Callback):
+    """For the benchmark: when the first training step started (Unix time), each epoch's
+    seconds and the process's peak memory, written as JSON to `path` when training ends."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path, self.first_step_at, self.epoch_seconds = path, None, []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_seconds.append(time.perf_counter() - self.started)
+
+    def on_train_end(self, logs=None):
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+        with open(self.path, "w") as f:
+            json.dump({"first_step_at": self.first_step_at, "epoch_seconds": self.epoch_seconds,
+                       "peak_memory_mb": peak_mb}, f)

@@ -128,6 +128,8 @@ def test_training_job_runs_the_config_it_was_rendered_from():
     assert entrypoint.startswith(f"python -m qml_ray.train --config {cluster.IMAGE_HOME}/configs/qcnn-23q.yaml "
                                  "--workers 32 ")
     assert "--storage gs://my-project-qml-ray/runs" in entrypoint
+    assert entrypoint.endswith("--name qcnn --resume")  # a retried job continues the run
+    assert docs["qcnn-train"]["spec"]["backoffLimit"] >= 1
     assert docs["qcnn-cluster"]["spec"]["workerGroupSpecs"][0]["maxReplicas"] == 32
     assert docs["qcnn-tensorboard"]["kind"] in {"Deployment", "Service"}
     service = [d for d in docs.values() if d["kind"] == "Service"][0]
