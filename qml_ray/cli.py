@@ -8,7 +8,9 @@ from qml_ray.errors import UsageError
 
 # Config keys that have a command-line flag (--cpus-per-worker for cpus_per_worker, ...).
 CONFIG_FLAGS = ("workers", "cpus_per_worker", "qubits", "layers", "examples", "epochs", "batch_size",
-                "seed", "checkpoint_every", "max_failures", "capacity_timeout", "storage")
+                "seed", "checkpoint_every", "max_failures", "capacity_timeout", "storage", "profile_steps",
+                "profiler_port")
+_METAVARS = {"storage": "PATH", "profile_steps": "START,STOP"}  # the rest take N
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -22,8 +24,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="YAML", help="config file (default: the built-in defaults)")
     for key in CONFIG_FLAGS:
         default = config_lib.FIELDS[key].default
-        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, metavar="N" if key != "storage" else "PATH",
-                            help=f"override config '{key}' (built-in default: {default})")
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, metavar=_METAVARS.get(key, "N"),
+                            help=f"override config '{key}' (built-in default: {default if default != '' else 'off'})")
 
 
 def add_address_flag(parser: argparse.ArgumentParser) -> None:

@@ -28,6 +28,9 @@ class Config:
     max_failures: int = 3  # times Ray Train restarts the workers from the last checkpoint
     capacity_timeout: int = 0  # seconds to wait for the cluster to grow to the workers (autoscaling)
     storage: str = "runs"  # folder that holds the run folders
+    size_thread_pools: bool = True  # size each worker's TF intra-/inter-op pools to its CPUs (else TF's defaults)
+    profile_steps: str = ""  # "START,STOP" (or "STEP"): trace these training steps into rank 0's TensorBoard logs
+    profiler_port: int = 0  # on-demand TF profiler server on each worker at this port + its local rank; 0 = off
 
     def validate(self) -> "Config":
         """Return self, or raise UsageError naming the first bad value."""
@@ -42,8 +45,24 @@ class Config:
         _require(self.capacity_timeout >= 0, "capacity_timeout must be 0 or more")
         _require(self.learning_rate > 0, "learning_rate must be positive")
         _require(bool(self.storage), "storage must not be empty")
+        self.profile_range()
+        top = 65535 - self.workers  # room for port + local rank
+        _require(self.profiler_port == 0 or 1024 <= self.profiler_port <= top,
+                 f"profiler_port must be 0 (off) or 1024..{top}")
         storage.check_location(self.storage)
         return self
+
+    def profile_range(self) -> tuple[int, int] | None:
+        """The first and last training step to trace (counted from 1), or None when off."""
+        if not self.profile_steps:
+            return None
+        try:
+            steps = [int(step) for step in self.profile_steps.split(",")]
+        except ValueError:
+            steps = []
+        _require(len(steps) in (1, 2) and 1 <= steps[0] <= steps[-1],
+                 f"profile_steps must be START,STOP (1 <= START <= STOP) or one step, got {self.profile_steps!r}")
+        return steps[0], steps[-1]
 
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes).validate()
@@ -106,6 +125,8 @@ def _coerce(key: str, value):
     kind = FIELDS[key].type
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if kind is str and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # YAML reads `profile_steps: 5` as a number
     if isinstance(value, str) and kind in (int, float):
         try:
             return kind(value)
@@ -116,7 +137,7 @@ def _coerce(key: str, value):
     return value
 
 
-_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string"}
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
 
 
 def _require(condition: bool, message: str) -> None:

@@ -34,8 +34,14 @@ def generate(config: Config) -> dict[str, pa.Table]:
             "qubit": pa.array(excited, pa.int32()),
         }
     )
+    n_train = split_sizes(config)[0]
+    return {"train": table.slice(0, n_train), "test": table.slice(n_train)}
+
+
+def split_sizes(config: Config) -> tuple[int, int]:
+    """The number of training and of test examples."""
     n_test = max(1, round(config.examples * config.test_fraction))
-    return {"train": table.slice(0, config.examples - n_test), "test": table.slice(config.examples - n_test)}
+    return config.examples - n_test, n_test
 
 
 def write(config: Config, run: str) -> None:

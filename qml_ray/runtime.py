@@ -7,11 +7,20 @@ import ray
 
 from qml_ray.errors import UsageError
 
+# Seconds between Ray Train's polls of its workers (Ray's default: 2). A worker's ray.train.report
+# waits until the previous report has been collected, so with the default every epoch shorter
+# than 2 s would take 2 s. The driver's value, if set, wins.
+REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+REPORT_POLL_SECONDS = "0.1"
+
+
 def job_env() -> dict:
-    """Env vars for every Ray worker and actor: tf-keras chosen before TensorFlow is imported
-    (TFQ needs it), and the driver's Cloud Storage emulator and benchmark timings folder, if set."""
+    """Env vars for every Ray worker and actor (Ray Train's controller too): tf-keras chosen before
+    TensorFlow is imported (TFQ needs it), Ray Train's poll interval, and the driver's Cloud
+    Storage emulator and benchmark timings folder, if set."""
     passed = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST", "QML_RAY_TIMINGS") if key in os.environ}
-    return {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", **passed}
+    return {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3",
+            REPORT_POLL_ENV: os.environ.get(REPORT_POLL_ENV, REPORT_POLL_SECONDS), **passed}
 
 
 def connect(address: str | None) -> None:
@@ -56,7 +65,9 @@ def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout
         )
 
 
-def worker_env(cpus: int) -> dict:
-    """Runtime env vars for a TensorFlow process given `cpus` CPUs: thread pools sized to them.
+def worker_env(cpus: int, size_pools: bool = True) -> dict:
+    """Runtime env vars for a TensorFlow process given `cpus` CPUs: with `size_pools`, its thread
+    pools sized to them, else TensorFlow's defaults (every core of the machine).
     (Importing TFQ starts TensorFlow, so the pools are sized by env var, not tf.config.)"""
-    return {**job_env(), "TF_NUM_INTRAOP_THREADS": str(cpus), "TF_NUM_INTEROP_THREADS": str(cpus)}
+    pools = {"TF_NUM_INTRAOP_THREADS": str(cpus), "TF_NUM_INTEROP_THREADS": str(cpus)} if size_pools else {}
+    return {**job_env(), **pools}

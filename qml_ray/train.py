@@ -105,7 +105,8 @@ def fit(config: config_lib.Config, run: str):
                              failure_config=FailureConfig(max_failures=config.max_failures,
                                                           controller_failure_limit=0),
                              logging_config=LoggingConfig(log_level="WARNING"),
-                             worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker)}),
+                             worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker,
+                                                                                config.size_thread_pools)}),
     )
     return trainer.fit()
 

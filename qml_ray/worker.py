@@ -26,9 +26,12 @@ from qml_ray.config import Config
 
 WEIGHTS_PREFIX = "qcnn"  # TensorFlow checkpoint prefix inside a checkpoint or weights folder
 STATE_FILE = "state.json"  # epochs done and the metrics history, beside the weights
-SUMMARIES = "tensorboard"  # rank 0's TensorBoard logs up to the checkpoint's epoch
+# Rank 0's TensorBoard logs up to the checkpoint's epoch, as one file: Ray Train's download of a
+# checkpoint from Cloud Storage does not recreate subfolders.
+SUMMARIES = "tensorboard.zip"
 TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its Timings there (the benchmark sets it)
-HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second")
+HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second",
+                  "finished_at")  # finished_at: Unix time, so restarts show as gaps
 
 
 def train_worker(params: dict) -> None:
@@ -37,18 +40,22 @@ def train_worker(params: dict) -> None:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     context = ray.train.get_context()
     train_replica(config, run, strategy, context.get_world_rank(), context.get_world_size(),
-                  ray.train.get_checkpoint(), ray_train=True)
+                  ray.train.get_checkpoint(), ray_train=True, local_rank=context.get_local_rank())
 
 
 def train_replica(config: Config, run: str, strategy: tf.distribute.Strategy, rank: int, world_size: int,
-                  checkpoint: ray.train.Checkpoint | None = None, ray_train: bool = False) -> None:
+                  checkpoint: ray.train.Checkpoint | None = None, ray_train: bool = False,
+                  local_rank: int = 0) -> None:
     """Train this replica on its shard of the run's data, from `checkpoint` if given.
 
     Every runtime shares this: Ray Train workers (`ray_train`: report each epoch and save
     checkpoints), and the benchmark's plain TF_CONFIG processes and single process. Create
     `strategy` before calling: importing TFQ starts TensorFlow's runtime, after which a
-    MultiWorkerMirroredStrategy can no longer be set up."""
+    MultiWorkerMirroredStrategy can no longer be set up. `local_rank` (this worker's index on
+    its node) offsets the profiler server's port."""
     tf.get_logger().setLevel("ERROR")
+    if config.profiler_port:
+        tf.profiler.experimental.server.start(config.profiler_port + local_rank)
     from qml_ray import data
     from qml_ray.model import build_model, readout_model
 
@@ -74,6 +81,8 @@ def train_replica(config: Config, run: str, strategy: tf.distribute.Strategy, ra
 
     callbacks = [EpochReporter(config, run, history, train_table.num_rows, test_table, ray_train,
                                readouts=readout_model(model) if rank == 0 else None, summaries_dir=summaries_dir)]
+    if rank == 0 and config.profile_range():
+        callbacks.insert(0, StepProfiler(config.profile_range(), summaries_dir))  # done before the logs publish
     if os.environ.get(TIMINGS_ENV):
         callbacks.append(Timings(os.path.join(os.environ[TIMINGS_ENV], f"rank-{rank}.json")))
     model.fit(train_set, steps_per_epoch=train_steps, validation_data=test_set, validation_steps=test_steps,
@@ -92,7 +101,7 @@ def restore(model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None,
         with open(os.path.join(folder, STATE_FILE)) as f:
             state = json.load(f)
         if summaries_dir:
-            shutil.copytree(os.path.join(folder, SUMMARIES), summaries_dir, dirs_exist_ok=True)
+            shutil.unpack_archive(os.path.join(folder, SUMMARIES), summaries_dir)
     return state["epoch"], state["history"]
 
 
@@ -134,7 +143,7 @@ class EpochReporter(tf.keras.callbacks.Callback):
         seconds = time.perf_counter() - self.started
         row = {key: float(logs[key]) for key in HISTORY_FIELDS[1:5]}
         row = {"epoch": epoch + 1, **row, "epoch_seconds": seconds,
-               "circuits_per_second": self.train_examples / seconds}
+               "circuits_per_second": self.train_examples / seconds, "finished_at": round(time.time(), 3)}
         self.history.append(row)
         if self.is_chief:
             self.log(row)
@@ -150,7 +159,7 @@ class EpochReporter(tf.keras.callbacks.Callback):
                 json.dump({"epoch": row["epoch"], "history": self.history}, f)
             checkpoint = None
             if self.is_chief:
-                shutil.copytree(self.summaries_dir, os.path.join(folder, SUMMARIES))
+                shutil.make_archive(os.path.join(folder, SUMMARIES.removesuffix(".zip")), "zip", self.summaries_dir)
                 checkpoint = ray.train.Checkpoint.from_directory(folder)
             ray.train.report(row, checkpoint=checkpoint, checkpoint_dir_name=f"epoch-{row['epoch']:05d}")
 
@@ -164,7 +173,7 @@ class EpochReporter(tf.keras.callbacks.Callback):
         sys.stdout.flush()
         with self.summaries.as_default(step=row["epoch"]):
             for key, value in row.items():
-                if key != "epoch":
+                if key not in ("epoch", "finished_at"):
                     tf.summary.scalar(key, value)
             tf.summary.histogram("qcnn_readout", self.readouts(self.test_circuits))
         self.summaries.flush()
@@ -174,6 +183,37 @@ class EpochReporter(tf.keras.callbacks.Callback):
         """The run's metrics.csv and TensorBoard folder made to match the history."""
         storage.write_text(storage.join(self.run, storage.HISTORY), history_csv(self.history))
         storage.mirror(self.summaries_dir, storage.join(self.run, storage.TENSORBOARD))
+
+
+class StepProfiler(tf.keras.callbacks.Callback):
+    """Traces training steps `first..last` (counted from 1 in this training, across epochs) with
+    the TF profiler into `logdir`, where TensorBoard's Profile tab finds it. A trace still open
+    when the last epoch ends is closed then, so the epoch's log publishing includes it."""
+
+    def __init__(self, steps: tuple[int, int], logdir: str):
+        super().__init__()
+        (self.first, self.last), self.logdir, self.step, self.tracing = steps, logdir, 0, False
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.step += 1
+        if self.step == self.first:
+            try:
+                tf.profiler.experimental.start(self.logdir)
+                self.tracing = True
+            except tf.errors.OpError as err:  # e.g. an on-demand capture is running
+                sys.stdout.write(f"profile_steps: no trace, the profiler is busy: {err.message}\n")
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.tracing and self.step == self.last:
+            self.stop()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.tracing and epoch + 1 == self.params["epochs"]:
+            self.stop()
+
+    def stop(self) -> None:
+        tf.profiler.experimental.stop()
+        self.tracing = False
 
 
 class Timings(tf.keras.callbacks.Callback):

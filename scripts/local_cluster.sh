@@ -4,6 +4,7 @@
 # `ray start`. `down` stops exactly the processes `up` started, by their PIDs.
 #
 #   scripts/local_cluster.sh up [WORKER_NODES (2)] [CPUS_PER_NODE (1)]
+#   scripts/local_cluster.sh add [CPUS (1)]     one more worker node (e.g. replacing a lost one)
 #   scripts/local_cluster.sh down
 #
 # Environment: QML_RAY_CLUSTER_DIR (PIDs and logs; /tmp/qml-ray-cluster), RAY_PORT (6380),
@@ -22,13 +23,13 @@ start_node() {  # log name, then `ray start` arguments
   echo $! >> "$dir/pids"
 }
 
-alive_nodes() {
-  python -c "import ray; ray.init(address='127.0.0.1:$port', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))" 2>/dev/null || echo 0
+registered_nodes() {  # every node that joined, alive or not (a lost node stays listed as dead)
+  python -c "import ray; ray.init(address='127.0.0.1:$port', logging_level='ERROR'); print(len(ray.nodes()))" 2>/dev/null || echo 0
 }
 
-wait_for_nodes() {  # count: wait until that many nodes are alive, up to 120 s
+wait_for_nodes() {  # count: wait until that many nodes have joined, up to 120 s
   for _ in $(seq 60); do
-    [ "$(alive_nodes)" -ge "$1" ] && return 0
+    [ "$(registered_nodes)" -ge "$1" ] && return 0
     sleep 2
   done
   echo "error: the cluster did not reach $1 node(s) within 120 s; logs in $dir" >&2
@@ -49,6 +50,16 @@ up() {
     wait_for_nodes $((i + 1))
   done
   echo "Ray cluster up: $((nodes + 1)) nodes, dashboard http://127.0.0.1:$dashboard, address 127.0.0.1:$port"
+}
+
+add() {
+  local cpus=${1:-1}
+  if [ ! -s "$dir/pids" ]; then echo "error: no cluster is up: run up first" >&2; exit 2; fi
+  local joined
+  joined=$(registered_nodes)
+  start_node "worker-$(wc -l < "$dir/pids")" --address "127.0.0.1:$port" --num-cpus "$cpus"
+  wait_for_nodes $((joined + 1))
+  echo "worker node added"
 }
 
 running() {  # PIDs: whether any is still running (zombies awaiting their reaper do not count)
@@ -77,6 +88,7 @@ down() {
 
 case "${1:-}" in
   up) shift; up "$@" ;;
+  add) shift; add "$@" ;;
   down) down ;;
-  *) echo "usage: $0 up [WORKER_NODES] [CPUS_PER_NODE] | down" >&2; exit 2 ;;
+  *) echo "usage: $0 up [WORKER_NODES] [CPUS_PER_NODE] | add [CPUS] | down" >&2; exit 2 ;;
 esac

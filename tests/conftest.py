@@ -1,6 +1,7 @@
 """Shared fixtures: the commands run as a user runs them, in subprocesses with their own local Ray."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -56,3 +57,67 @@ def trained_run(tmp_path_factory) -> TrainedRun:
     done = run_command("train", "--config", SMOKE, "--workers", 2, "--storage", storage, "--name", "smoke")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return TrainedRun(storage / "smoke", done.stdout + done.stderr)
+
+
+CLUSTER_SCRIPT = ROOT / "scripts" / "local_cluster.sh"
+
+
+@dataclass
+class LocalCluster:
+    """A multi-node Ray cluster on this machine, started by scripts/local_cluster.sh."""
+
+    url: str  # the dashboard (job API) address
+    env: dict  # the environment for the script and for `ray` CLI clients
+
+    def script(self, *args: str) -> str:
+        done = subprocess.run([CLUSTER_SCRIPT, *map(str, args)], env=self.env, capture_output=True, text=True,
+                              timeout=200)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head that runs no work and two worker nodes of one CPU each, like the RayCluster on
+    GKE, for the tests of one module; the script stops every node it started by PID afterwards."""
+    state = tmp_path_factory.mktemp("cluster")
+    env = command_env(QML_RAY_CLUSTER_DIR=str(state), RAY_PORT=str(free_port()), DASHBOARD_PORT=str(free_port()),
+                      RAY_AUTH_MODE="token")
+    local = LocalCluster(f"http://127.0.0.1:{env['DASHBOARD_PORT']}", env)
+
+    def started_pids() -> list[int]:
+        return [int(p) for p in (state / "pids").read_text().split()] if (state / "pids").exists() else []
+
+    pids = []
+    try:
+        local.script("up", "2", "1")
+        assert len(started_pids()) == 3
+        yield local
+    finally:
+        pids = started_pids() or pids  # `down` forgets them
+        local.script("down")
+        assert not [pid for pid in pids if is_running(pid)]
+        assert not Path("/tmp/ray/ray_current_cluster").exists()  # no stale cluster for later ray.init()
+
+
+def is_running(pid: int) -> bool:
+    """Whether the process runs (a zombie waiting for its reaper has stopped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def ray_cli(env: dict, *args: str, check: bool = True) -> str:
+    """Run a `ray` CLI command (they use the dashboard's job and state APIs); its stdout."""
+    done = subprocess.run(["ray", *map(str, args)], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 or not check, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def submit(url: str, env: dict, *command: str, wait: bool = True) -> str:
+    """`ray job submit` a qml_ray command with the project as working dir, by default waiting
+    for it to end; return the job id."""
+    output = ray_cli(env, "job", "submit", "--address", url, "--working-dir", ROOT, *([] if wait else ["--no-wait"]),
+                     "--", "python", "-m", *command)
+    return re.search(r"Job '(raysubmit_\w+)' submitted successfully", output).group(1)

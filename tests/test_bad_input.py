@@ -78,12 +78,6 @@ def test_resume_refuses_another_data_set_or_model(trained_run):
     assert snapshot(trained_run.path) == before
 
 
-def test_resume_of_a_run_that_does_not_exist(tmp_path):
-    done = run_command("train", "--storage", tmp_path, "--name", "ghost", "--resume")
-    assert_usage_error(done, "no run at")
-    assert list(tmp_path.iterdir()) == []
-
-
 @pytest.fixture
 def run_copy(trained_run, tmp_path) -> Path:
     """A copy of the trained run, free to damage."""

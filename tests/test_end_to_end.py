@@ -77,3 +77,11 @@ def test_resume_continues_the_epoch_counter(trained_run, tmp_path):
     assert after["epoch"].tolist() == list(range(1, EPOCHS + 3))
     pd.testing.assert_frame_equal(after.iloc[:EPOCHS], before)
     assert config_lib.of_run(str(run)).epochs == EPOCHS + 2
+
+
+def test_resume_of_a_finished_run_says_so_and_changes_nothing(trained_run):
+    files = {path: path.stat().st_mtime_ns for path in trained_run.path.rglob("*")}
+    done = run_command("train", "--storage", trained_run.path.parent, "--name", "smoke", "--resume")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"has already trained {EPOCHS} epochs" in done.stdout
+    assert {path: path.stat().st_mtime_ns for path in trained_run.path.rglob("*")} == files

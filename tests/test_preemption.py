@@ -1,0 +1,163 @@
+"""Training that loses a worker node, its driver, or capacity for good, on a real multi-node
+Ray cluster on this machine (scripts/local_cluster.sh: a head and two 1-CPU worker nodes).
+
+The tests run in file order: the last one leaves the cluster a node short."""
+
+import csv
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+from conftest import SMOKE, ray_cli, submit
+
+EPOCHS, CHECKPOINT_EVERY = 30, 3
+
+
+def train_command(storage: Path, name: str) -> tuple:
+    """The smoke config, long enough to be interrupted, as the RayJob runs it (--resume)."""
+    return ("qml_ray.train", "--config", SMOKE, "--workers", 2, "--epochs", EPOCHS,
+            "--checkpoint-every", CHECKPOINT_EVERY, "--storage", storage, "--name", name, "--resume")
+
+
+def history(run: Path) -> list[dict]:
+    """The rows of the run's metrics.csv (none before it is written)."""
+    try:
+        with open(run / "metrics.csv") as f:
+            return list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+
+
+def epochs(run: Path) -> list[int]:
+    return [int(row["epoch"]) for row in history(run)]
+
+
+def wait_for_epoch(run: Path, epoch: int, timeout: float = 300) -> int:
+    """Wait until metrics.csv reaches `epoch`; return the last epoch it then holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (done := epochs(run)) and done[-1] >= epoch:
+            return done[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"training did not reach epoch {epoch} within {timeout} s")
+
+
+def training_worker_raylets(cluster) -> list[int]:
+    """PIDs of the raylets of the nodes running the two Ray Train workers (a worker process is
+    its raylet's child)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        listed = ray_cli(cluster.env, "list", "actors", "--address", cluster.url, "--filter",
+                         "class_name=RayTrainWorker", "--filter", "state=ALIVE", "--detail", "--format", "json")
+        actors = json.loads(listed) if listed.lstrip().startswith("[") else []  # or "No resource in the cluster"
+        if len(actors) == 2:
+            raylets = [parent_pid(actor["pid"]) for actor in actors]
+            assert all("raylet" in Path(f"/proc/{pid}/cmdline").read_text() for pid in raylets)
+            return raylets
+        time.sleep(1)
+    raise AssertionError("the two training workers did not start within 300 s")
+
+
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+
+
+def epochs_by_attempt(logs: str) -> list[list[int]]:
+    """Rank 0's epoch lines in the job's log, per worker process (one per attempt), each
+    epoch once: on one machine every node's log monitor forwards the same worker logs."""
+    attempts: dict[str, list[int]] = {}
+    for pid, epoch in re.findall(rf"pid=(\d+)[^\n]*?\bepoch (\d+)/{EPOCHS} ", logs):
+        if int(epoch) not in (seen := attempts.setdefault(pid, [])):
+            seen.append(int(epoch))
+    return list(attempts.values())
+
+
+def job_status(cluster, job: str) -> str:
+    return ray_cli(cluster.env, "job", "status", job, "--address", cluster.url).lower()
+
+
+def follow(cluster, job: str) -> str:
+    """The job's logs, once it has ended."""
+    return ray_cli(cluster.env, "job", "logs", job, "--address", cluster.url, "--follow")
+
+
+def assert_every_epoch_once(run: Path) -> None:
+    """metrics.csv and the TensorBoard logs hold each epoch exactly once, in order."""
+    assert epochs(run) == list(range(1, EPOCHS + 1))
+    steps = [event.step for file in sorted((run / "tensorboard").glob("events.out.tfevents.*"))
+             for event in EventFileLoader(str(file)).Load()
+             if any(value.tag == "loss" for value in event.summary.value)]
+    assert sorted(steps) == list(range(1, EPOCHS + 1))
+    assert (run / "weights" / "_COMPLETE").is_file()
+
+
+def test_training_rides_through_the_loss_of_a_worker_node(cluster, tmp_path):
+    run = tmp_path / "node-lost"
+    job = submit(cluster.url, cluster.env, *train_command(tmp_path, "node-lost"), wait=False)
+    raylet = training_worker_raylets(cluster)[0]
+    last_before = wait_for_epoch(run, 4)
+    os.kill(raylet, signal.SIGKILL)  # a spot node taken away
+    killed_at = time.time()
+    cluster.script("add", "1")  # its replacement joins, as GKE brings a new spot node
+    logs = follow(cluster, job)
+    assert "succeeded" in job_status(cluster, job), logs[-3000:]
+
+    first, resumed, *_ = epochs_by_attempt(logs)
+    checkpoint, lost = resumed[0] - 1, max(first[-1], last_before) - (resumed[0] - 1)
+    assert checkpoint % CHECKPOINT_EVERY == 0 and 0 <= lost <= CHECKPOINT_EVERY, (first, resumed)
+    assert epochs_by_attempt(logs)[-1][-1] == EPOCHS
+    assert_every_epoch_once(run)
+    resumed_after = float(history(run)[checkpoint]["finished_at"]) - killed_at  # its first epoch done
+    print(f"\nraylet killed after epoch {last_before}, first attempt's last epoch {first[-1]}, restarted from the "
+          f"epoch-{checkpoint} checkpoint, whose next epoch ended {resumed_after:.1f} s after the kill; "
+          f"{lost} epoch(s) trained twice")
+
+
+def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint(cluster, tmp_path):
+    run, command = tmp_path / "driver-lost", train_command(tmp_path, "driver-lost")
+    first = submit(cluster.url, cluster.env, *command, wait=False)
+    training_worker_raylets(cluster)
+    last_before = wait_for_epoch(run, 5)
+    os.kill(driver_pid("driver-lost"), signal.SIGKILL)
+    assert "yet: starting it" in follow(cluster, first)  # --resume started the new run
+    assert "failed" in job_status(cluster, first)
+
+    second = submit(cluster.url, cluster.env, *command)  # the same command again, as a RayJob retry runs it
+    logs = follow(cluster, second)
+    [epochs] = epochs_by_attempt(logs)
+    checkpoint = epochs[0] - 1
+    assert checkpoint % CHECKPOINT_EVERY == 0 and last_before - CHECKPOINT_EVERY <= checkpoint <= last_before
+    assert epochs == list(range(checkpoint + 1, EPOCHS + 1))
+    assert_every_epoch_once(run)
+
+
+def driver_pid(name: str) -> int:
+    """The job's driver: the Python process running qml_ray.train for run `name`."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"qml_ray.train" in args and name.encode() in args and b"python" in Path(args[0].decode()).name.encode():
+            return int(proc.name)
+    raise AssertionError(f"no driver process for run {name}")
+
+
+def test_capacity_lost_for_good_fails_clearly_after_the_wait(cluster, tmp_path):
+    job = submit(cluster.url, cluster.env, *train_command(tmp_path, "capacity-lost"), wait=False)
+    raylet = training_worker_raylets(cluster)[0]
+    wait_for_epoch(tmp_path / "capacity-lost", 2)
+    os.kill(raylet, signal.SIGKILL)  # and no replacement comes
+    killed = time.monotonic()
+    logs = follow(cluster, job)
+    waited = time.monotonic() - killed
+
+    assert "failed" in job_status(cluster, job)
+    assert "error: training failed: the cluster could not place all 2 workers (1 CPU(s) each) within 60 s" in logs
+    assert "continue with --name capacity-lost --resume" in logs
+    assert 60 <= waited < 60 + 120, waited  # the documented wait, plus detecting the loss and stopping
