@@ -15,6 +15,7 @@ import time
 from qml_ray import cli, config as config_lib, runtime, storage
 from qml_ray.errors import UsageError
 
+STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 MIN_REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own default wait for a worker group to start
 # Keys that define a run's data set and model: a resumed run must keep them.
@@ -94,7 +95,10 @@ def fit(config: config_lib.Config, run: str):
 
     from qml_ray.worker import train_worker
 
-    os.environ[START_TIMEOUT_ENV] = str(replacement_wait(config))  # Ray Train passes it to its controller
+    os.environ.update({  # read by Ray Train in this process, and passed on to its controller
+        STATE_TRACKING_ENV: "1",  # the run and its attempts in the dashboard's Train view
+        START_TIMEOUT_ENV: str(replacement_wait(config)),
+    })
     filesystem, path = storage.pyarrow_filesystem(run)
     trainer = TensorflowTrainer(
         train_worker,

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
@@ -77,6 +78,15 @@ def epochs_by_attempt(logs: str) -> list[list[int]]:
     return list(attempts.values())
 
 
+def dashboard_train_runs(cluster) -> list[dict]:
+    """The Ray Train runs as the dashboard's Train view gets them (with their attempts)."""
+    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
+    request = urllib.request.Request(f"{cluster.url}/api/train/v2/runs/v1",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.load(response)["train_runs"]
+
+
 def job_status(cluster, job: str) -> str:
     return ray_cli(cluster.env, "job", "status", job, "--address", cluster.url).lower()
 
@@ -112,6 +122,9 @@ def test_training_rides_through_the_loss_of_a_worker_node(cluster, tmp_path):
     assert checkpoint % CHECKPOINT_EVERY == 0 and 0 <= lost <= CHECKPOINT_EVERY, (first, resumed)
     assert epochs_by_attempt(logs)[-1][-1] == EPOCHS
     assert_every_epoch_once(run)
+    [train_run] = dashboard_train_runs(cluster)  # what the dashboard's Train view shows
+    statuses = [attempt["status"] for attempt in train_run["attempts"]]
+    assert statuses[0] == "ERRORED" and statuses[-1] == "FINISHED" and train_run["status"] == "FINISHED", statuses
     resumed_after = float(history(run)[checkpoint]["finished_at"]) - killed_at  # its first epoch done
     print(f"\nraylet killed after epoch {last_before}, first attempt's last epoch {first[-1]}, restarted from the "
           f"epoch-{checkpoint} checkpoint, whose next epoch ended {resumed_after:.1f} s after the kill; "
@@ -161,3 +174,4 @@ def test_capacity_lost_for_good_fails_clearly_after_the_wait(cluster, tmp_path):
     assert "error: training failed: the cluster could not place all 2 workers (1 CPU(s) each) within 60 s" in logs
     assert "continue with --name capacity-lost --resume" in logs
     assert 60 <= waited < 60 + 120, waited  # the documented wait, plus detecting the loss and stopping
+    print(f"\ncapacity lost for good: the job failed {waited:.0f} s after the node's raylet was killed")
