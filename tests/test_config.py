@@ -12,7 +12,7 @@ from qml_ray.errors import UsageError
 from conftest import ROOT
 
 
-@pytest.mark.parametrize("name", ["smoke", "tutorial", "qcnn-23q"])
+@pytest.mark.parametrize("name", ["smoke", "tutorial", "qcnn-23q", "bench-16q"])
 def test_shipped_configs_load(name):
     config = config_lib.load(ROOT / "configs" / f"{name}.yaml")
     assert config == config.validate()
@@ -25,6 +25,12 @@ def test_headline_config_is_the_23_qubit_run():
 
 def test_max_layers():
     assert [max_layers(n) for n in (4, 5, 8, 16, 23)] == [2, 3, 3, 4, 5]
+
+
+def test_profile_steps():
+    assert Config().profile_range() is None
+    assert config_lib.from_mapping({"profile_steps": 5}).profile_range() == (5, 5)  # YAML's `profile_steps: 5`
+    assert config_lib.from_mapping({"profile_steps": "5,8"}).profile_range() == (5, 8)
 
 
 def test_yaml_round_trip():
@@ -43,6 +49,11 @@ def test_yaml_round_trip():
     ({"learning_rate": "fast"}, "learning_rate must be a number"),
     ({"layers": 4, "qubits": 8}, "layers must be 1..3 for 8 qubits"),
     ({"test_fraction": 1.0}, "test_fraction must be between 0 and 1"),
+    ({"size_thread_pools": "yes"}, "size_thread_pools must be true or false, got 'yes'"),
+    ({"profile_steps": "8,5"}, "profile_steps must be START,STOP (1 <= START <= STOP) or one step, got '8,5'"),
+    ({"profile_steps": "0"}, "profile_steps must be START,STOP"),
+    ({"profile_steps": "5-8"}, "profile_steps must be START,STOP"),
+    ({"profiler_port": 80}, "profiler_port must be 0 (off) or 1024..65534"),
 ])
 def test_bad_values_are_rejected(values, message):
     with pytest.raises(UsageError, match=re.escape(message)):

@@ -1,0 +1,32 @@
+"""The TF profiler: a trace of chosen steps in the run's TensorBoard logs, and a profiler
+server on every worker (port + local rank) while training runs."""
+
+import socket
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, SMOKE, command_env, free_port
+
+
+def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path):
+    port = free_port()  # the two workers on this node serve on port and port + 1
+    run = tmp_path / "profiled"
+    with open(tmp_path / "train.log", "w") as log:
+        training = subprocess.Popen(
+            [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "20",
+             "--profile-steps", "2,3", "--profiler-port", str(port), "--storage", str(tmp_path), "--name", "profiled"],
+            cwd=ROOT, env=command_env(), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # Steps 2-3 are in epoch 1, whose end publishes the trace; the servers started before.
+        while training.poll() is None and not list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb")):
+            time.sleep(0.5)
+        for worker_port in (port, port + 1):
+            socket.create_connection(("127.0.0.1", worker_port), timeout=10).close()
+        assert training.wait(timeout=600) == 0, (tmp_path / "train.log").read_text()[-3000:]
+    finally:
+        if training.poll() is None:
+            training.kill()
+            training.wait()
+
+    assert len(list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb"))) == 1
