@@ -11,6 +11,7 @@ from qml_ray.errors import UsageError
 # waits until the previous report has been collected, so with the default every epoch shorter
 # than 2 s would take 2 s. The driver's value, if set, wins.
 REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its worker.Timings there (the benchmark sets it)
 REPORT_POLL_SECONDS = "0.1"
 
 
@@ -18,7 +19,7 @@ def job_env() -> dict:
     """Env vars for every Ray worker and actor (Ray Train's controller too): tf-keras chosen before
     TensorFlow is imported (TFQ needs it), Ray Train's poll interval, and the driver's Cloud
     Storage emulator and benchmark timings folder, if set."""
-    passed = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST", "QML_RAY_TIMINGS") if key in os.environ}
+    passed = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST", TIMINGS_ENV) if key in os.environ}
     return {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3",
             REPORT_POLL_ENV: os.environ.get(REPORT_POLL_ENV, REPORT_POLL_SECONDS), **passed}
 

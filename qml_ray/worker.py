@@ -21,7 +21,7 @@ import time
 import ray.train
 import tensorflow as tf
 
-from qml_ray import storage
+from qml_ray import runtime, storage
 from qml_ray.config import Config
 
 WEIGHTS_PREFIX = "qcnn"  # TensorFlow checkpoint prefix inside a checkpoint or weights folder
@@ -29,7 +29,6 @@ STATE_FILE = "state.json"  # epochs done and the metrics history, beside the wei
 # Rank 0's TensorBoard logs up to the checkpoint's epoch, as one file: Ray Train's download of a
 # checkpoint from Cloud Storage does not recreate subfolders.
 SUMMARIES = "tensorboard.zip"
-TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its Timings there (the benchmark sets it)
 HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second",
                   "finished_at")  # finished_at: Unix time, so restarts show as gaps
 
@@ -81,10 +80,11 @@ def train_replica(config: Config, run: str, strategy: tf.distribute.Strategy, ra
 
     callbacks = [EpochReporter(config, run, history, train_table.num_rows, test_table, ray_train,
                                readouts=readout_model(model) if rank == 0 else None, summaries_dir=summaries_dir)]
-    if rank == 0 and config.profile_range():
-        callbacks.insert(0, StepProfiler(config.profile_range(), summaries_dir))  # done before the logs publish
-    if os.environ.get(TIMINGS_ENV):
-        callbacks.append(Timings(os.path.join(os.environ[TIMINGS_ENV], f"rank-{rank}.json")))
+    profile_steps = config.profile_range()
+    if rank == 0 and profile_steps:
+        callbacks.insert(0, StepProfiler(profile_steps, summaries_dir))  # done before the logs publish
+    if timings := os.environ.get(runtime.TIMINGS_ENV):
+        callbacks.append(Timings(os.path.join(timings, f"rank-{rank}.json")))
     model.fit(train_set, steps_per_epoch=train_steps, validation_data=test_set, validation_steps=test_steps,
               epochs=config.epochs, initial_epoch=done, callbacks=callbacks, verbose=0)
 

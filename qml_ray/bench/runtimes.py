@@ -19,8 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from qml_ray import config as config_lib, storage
-
-TIMINGS_ENV = "QML_RAY_TIMINGS"  # worker.TIMINGS_ENV (not imported: that would load TensorFlow here)
+from qml_ray.runtime import TIMINGS_ENV
 
 RUNTIMES = ("qml_ray", "baseline", "single")
 POOLS = {"sized": True, "default": False}  # thread pools: sized to the worker's CPUs, or TF's defaults
