@@ -1,0 +1,230 @@
+"""Compiled state-vector kernels of the block adjoint method (numba, one circuit per call).
+
+A state of n qubits is complex64 held as two float32 planes (real, imaginary), so loops over
+contiguous runs vectorise; qubit q is bit q of an amplitude's index. A block
+is a 4x4 unitary on two qubits (hi, lo), its basis index 2 * bit(hi) + bit(lo). Transition
+matrices and gradients are accumulated in double precision. Every function releases the GIL,
+so threads run circuits side by side.
+"""
+
+import numba
+import numpy as np
+
+JIT = dict(nogil=True, cache=True, fastmath=True)
+
+
+@numba.njit(**JIT)
+def factor_matrix(eig, proj, exponent, derivative):
+    """sum_k exp(i pi e h_k) P_k, or with `derivative` its d/de, sum_k i pi h_k exp(i pi e h_k) P_k."""
+    out = np.zeros((4, 4), np.complex128)
+    for k in range(eig.shape[0]):
+        phase = np.exp(1j * np.pi * exponent * eig[k])
+        if derivative:
+            phase *= 1j * np.pi * eig[k]
+        out += phase * proj[k]
+    return out
+
+
+@numba.njit(**JIT)
+def factor_exponent(factor, symbol, coef, const, values):
+    s = symbol[factor]
+    return const[factor] + (coef[factor] * values[s] if s >= 0 else 0.0)
+
+
+@numba.njit(**JIT)
+def block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values):
+    """Each factor's 4x4 matrix, and each block's product of them (later factors on the left)."""
+    factors = np.empty((kind.shape[0], 4, 4), np.complex128)
+    blocks = np.empty((block_start.shape[0] - 1, 4, 4), np.complex128)
+    for b in range(blocks.shape[0]):
+        u = np.eye(4, dtype=np.complex128)
+        for f in range(block_start[b], block_start[b + 1]):
+            e = factor_exponent(f, symbol, coef, const, values)
+            factors[f] = factor_matrix(kind_eig[kind[f]], kind_proj[kind[f]], e, False)
+            u = factors[f] @ u
+        blocks[b] = u
+    return factors, blocks
+
+
+@numba.njit(**JIT)
+def scalars(u):
+    """A 4x4 complex matrix as two row-major 16-tuples of float32: real and imaginary parts."""
+    r = u.real.astype(np.float32).ravel()
+    i = u.imag.astype(np.float32).ravel()
+    return ((r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]),
+            (i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14], i[15]))
+
+
+@numba.njit(inline="always", **JIT)
+def row(mr, mi, r, x):
+    """Row r of the matrix (mr, mi) times the 4 amplitudes x = (re0, im0, ..., re3, im3)."""
+    k = 4 * r
+    yr = (mr[k] * x[0] - mi[k] * x[1] + mr[k + 1] * x[2] - mi[k + 1] * x[3]
+          + mr[k + 2] * x[4] - mi[k + 2] * x[5] + mr[k + 3] * x[6] - mi[k + 3] * x[7])
+    yi = (mr[k] * x[1] + mi[k] * x[0] + mr[k + 1] * x[3] + mi[k + 1] * x[2]
+          + mr[k + 2] * x[5] + mi[k + 2] * x[4] + mr[k + 3] * x[7] + mi[k + 3] * x[6])
+    return yr, yi
+
+
+@numba.njit(inline="always", **JIT)
+def accumulate_row(acc, p, x):
+    """acc += p conj(x_c) for c = 0..3, in double precision (acc: 4 complex as 8 floats)."""
+    pr, pi = np.float64(p[0]), np.float64(p[1])
+    return (acc[0] + pr * x[0] + pi * x[1], acc[1] + pi * x[0] - pr * x[1],
+            acc[2] + pr * x[2] + pi * x[3], acc[3] + pi * x[2] - pr * x[3],
+            acc[4] + pr * x[4] + pi * x[5], acc[5] + pi * x[4] - pr * x[5],
+            acc[6] + pr * x[6] + pi * x[7], acc[7] + pi * x[6] - pr * x[7])
+
+
+VECTOR_BITS = 4  # a block whose lower qubit is at least this bit runs over contiguous runs of >= 16 amplitudes
+GROUPS_AT_ONCE = 8  # groups per step of the loop for lower blocks (a fixed count LLVM unrolls)
+
+
+@numba.njit(inline="always", **JIT)
+def mix(planes, index, mr, mi):
+    """Apply the matrix (mr, mi) to one group: the amplitudes planes[2r][index[r]] + i planes[2r+1][index[r]]."""
+    r0, i0, r1, i1, r2, i2, r3, i3 = planes
+    x = (r0[index[0]], i0[index[0]], r1[index[1]], i1[index[1]], r2[index[2]], i2[index[2]], r3[index[3]],
+         i3[index[3]])
+    q = (row(mr, mi, 0, x), row(mr, mi, 1, x), row(mr, mi, 2, x), row(mr, mi, 3, x))
+    r0[index[0]], i0[index[0]] = q[0]
+    r1[index[1]], i1[index[1]] = q[1]
+    r2[index[2]], i2[index[2]] = q[2]
+    r3[index[3]], i3[index[3]] = q[3]
+    return q, x
+
+
+@numba.njit(inline="always", **JIT)
+def unapply_group(psi, lam, index, mr, mi, acc):
+    """psi and lam of one group <- (mr, mi) times them; acc += new psi (x) conj(old lam)."""
+    q, _ = mix(psi, index, mr, mi)
+    _, y = mix(lam, index, mr, mi)
+    return (accumulate_row(acc[0], q[0], y), accumulate_row(acc[1], q[1], y),
+            accumulate_row(acc[2], q[2], y), accumulate_row(acc[3], q[3], y))
+
+
+@numba.njit(**JIT)
+def run_views(state, start, hi, lo):
+    """The state's four runs of the groups from `start`, (bit hi, bit lo) = 00, 01, 10, 11, each as
+    real and imaginary views: separate views over contiguous runs let LLVM vectorise loops over them."""
+    length, o1, o2 = 1 << min(hi, lo), start + (1 << lo), start + (1 << hi)
+    o3 = o2 + (1 << lo)
+    re, im = state[0], state[1]
+    return (re[start:start + length], im[start:start + length], re[o1:o1 + length], im[o1:o1 + length],
+            re[o2:o2 + length], im[o2:o2 + length], re[o3:o3 + length], im[o3:o3 + length])
+
+
+@numba.njit(**JIT)
+def group_index(group, hi, lo):
+    """The amplitude indices of a group: its number with zero bits put in at hi and lo, then each bit set."""
+    small, big = min(hi, lo), max(hi, lo)
+    i = ((group >> small) << (small + 1)) | (group & ((1 << small) - 1))
+    i = ((i >> big) << (big + 1)) | (i & ((1 << big) - 1))
+    return i, i + (1 << lo), i + (1 << hi), i + (1 << hi) + (1 << lo)
+
+
+@numba.njit(**JIT)
+def apply_block(state, u, hi, lo):
+    """state <- (u on qubits hi, lo) state."""
+    mr, mi = scalars(u)
+    small, big = min(hi, lo), max(hi, lo)
+    if small >= VECTOR_BITS:
+        for outer in range(0, state.shape[1], 1 << (big + 1)):
+            for start in range(outer, outer + (1 << big), 1 << (small + 1)):
+                views = run_views(state, start, hi, lo)
+                for j in range(views[0].shape[0]):
+                    mix(views, (j, j, j, j), mr, mi)
+        return
+    planes = (state[0], state[1], state[0], state[1], state[0], state[1], state[0], state[1])
+    for first in range(0, state.shape[1] >> 2, GROUPS_AT_ONCE):
+        for group in range(first, first + GROUPS_AT_ONCE):
+            mix(planes, group_index(group, hi, lo), mr, mi)
+
+
+@numba.njit(**JIT)
+def unapply_with_transition(psi, lam, u, hi, lo):
+    """One pass over both states: psi <- u^dagger psi; M[r, c] += psi_r conj(lam_c) summed over the
+    other qubits; lam <- u^dagger lam. Returns M (complex128 4x4)."""
+    mr, mi = scalars(np.conj(u.T))
+    small, big = min(hi, lo), max(hi, lo)
+    zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    total = np.zeros((4, 8))
+    if small >= VECTOR_BITS:
+        for outer in range(0, psi.shape[1], 1 << (big + 1)):
+            for start in range(outer, outer + (1 << big), 1 << (small + 1)):
+                psi_views, lam_views = run_views(psi, start, hi, lo), run_views(lam, start, hi, lo)
+                acc = (zero, zero, zero, zero)
+                for j in range(psi_views[0].shape[0]):
+                    acc = unapply_group(psi_views, lam_views, (j, j, j, j), mr, mi, acc)
+                for r in range(4):
+                    for c in range(8):
+                        total[r, c] += acc[r][c]
+    else:
+        psi_planes = (psi[0], psi[1], psi[0], psi[1], psi[0], psi[1], psi[0], psi[1])
+        lam_planes = (lam[0], lam[1], lam[0], lam[1], lam[0], lam[1], lam[0], lam[1])
+        acc = (zero, zero, zero, zero)
+        for first in range(0, psi.shape[1] >> 2, GROUPS_AT_ONCE):
+            for group in range(first, first + GROUPS_AT_ONCE):
+                acc = unapply_group(psi_planes, lam_planes, group_index(group, hi, lo), mr, mi, acc)
+        for r in range(4):
+            for c in range(8):
+                total[r, c] += acc[r][c]
+    return total[:, 0::2] + 1j * total[:, 1::2]
+
+
+@numba.njit(**JIT)
+def parity(x):
+    x ^= x >> 32
+    x ^= x >> 16
+    x ^= x >> 8
+    x ^= x >> 4
+    x ^= x >> 2
+    x ^= x >> 1
+    return x & 1
+
+
+@numba.njit(**JIT)
+def add_pauli(out, state, weight, flip, signs, y_count):
+    """out += weight * P state for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`'."""
+    w = weight * (1j ** (y_count % 4))
+    wr, wi = np.float32(w.real), np.float32(w.imag)
+    for i in range(state.shape[1]):
+        sign = np.float32(-1.0) if parity(i & signs) else np.float32(1.0)
+        out[0, i ^ flip] += sign * (wr * state[0, i] - wi * state[1, i])
+        out[1, i ^ flip] += sign * (wr * state[1, i] + wi * state[0, i])
+
+
+@numba.njit(**JIT)
+def simulate(qubits, block_qubits, blocks):
+    """The state (planes: real, imaginary) after the blocks, from |0...0>."""
+    psi = np.zeros((2, 1 << qubits), np.float32)
+    psi[0, 0] = 1
+    for b in range(blocks.shape[0]):
+        apply_block(psi, blocks[b], block_qubits[b, 0], block_qubits[b, 1])
+    return psi
+@numba.njit(**JIT)
+def circuit_gradient(qubits, block_qubits, block_start, kind, symbol, coef, const, kind_eig, kind_proj,
+                     values, term_op, term_coef, term_flip, term_signs, term_y, upstream, grad):
+    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi>, psi the circuit's state.
+
+    O_k is the sum of the terms t with term_op[t] == k: term_coef[t] times a Pauli string."""
+    factors, blocks = block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values)
+    psi = simulate(qubits, block_qubits, blocks)
+    lam = np.zeros_like(psi)
+    for t in range(term_op.shape[0]):
+        add_pauli(lam, psi, upstream[term_op[t]] * term_coef[t], term_flip[t], term_signs[t], term_y[t])
+    for b in range(blocks.shape[0] - 1, -1, -1):
+        m = unapply_with_transition(psi, lam, blocks[b], block_qubits[b, 0], block_qubits[b, 1])
+        # d/de of the block (L F(e) R) contributes 2 Re Tr(dF/de . R M L).
+        start, stop = block_start[b], block_start[b + 1]
+        right = np.empty((stop - start + 1, 4, 4), np.complex128)  # right[j]: factors before start + j
+        right[0] = np.eye(4, dtype=np.complex128)
+        for j in range(stop - start):
+            right[j + 1] = factors[start + j] @ right[j]
+        left = np.eye(4, dtype=np.complex128)  # factors after f
+        for f in range(stop - 1, start - 1, -1):
+            if symbol[f] >= 0:
+                e = factor_exponent(f, symbol, coef, const, values)
+                d = factor_matrix(kind_eig[kind[f]], kind_proj[kind[f]], e, True)
+                grad[symbol[f]] += 2.0 * coef[f] * np.real(np.trace(d @ right[f - start] @ m @ left))
+            left = left @ factors[f]

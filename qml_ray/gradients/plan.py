@@ -1,0 +1,224 @@
+"""TensorFlow Quantum programs as the block kernel runs them.
+
+Each gate of a serialized program becomes one or more factors U(e) = sum_k exp(i pi e h_k) P_k
+on one or two qubits, with the exponent e = const + coef * symbol (the forms TFQ serializes:
+a number, or a number times one symbol). Factors are then fused into blocks on qubit pairs,
+one- qubit factors folded into a neighbouring block, as qsim fuses its forward pass.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import cirq
+import numpy as np
+from tensorflow_quantum.core.proto import pauli_sum_pb2, program_pb2
+from tensorflow_quantum.core.serialize.serializer import EIGEN_GATES_DICT
+
+EIGEN_GATES = {name: gate for gate, name in EIGEN_GATES_DICT.items()}
+SWAP = np.eye(4)[[0, 2, 1, 3]]
+
+
+class UnsupportedGate(ValueError):
+    """A gate the block method cannot differentiate."""
+
+
+@dataclass(frozen=True)
+class Factor:
+    qubits: tuple  # qubit indices, the first the most significant in `proj`'s basis
+    eig: tuple  # h_k: eigen half-turns plus the global shift
+    proj: tuple  # P_k
+    const: float
+    coef: float
+    symbol: str | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One circuit's fused blocks and factors, as arrays for `kernel.circuit_gradient`."""
+
+    qubits: int
+    block_qubits: np.ndarray  # [blocks, 2] int64: (hi, lo)
+    block_start: np.ndarray  # [blocks + 1] int64: block b holds factors block_start[b]:block_start[b + 1]
+    kind: np.ndarray  # [factors] int64: row of kind_eig / kind_proj
+    symbol: np.ndarray  # [factors] int64: index into the symbol names, -1 for a constant
+    coef: np.ndarray  # [factors] float64
+    const: np.ndarray  # [factors] float64
+    kind_eig: np.ndarray  # [kinds, 4] float64
+    kind_proj: np.ndarray  # [kinds, 4, 4, 4] complex128: projectors in the block's basis
+    qubit_index: dict  # serialized qubit id -> bit
+
+    def arrays(self) -> tuple:
+        return (self.qubits, self.block_qubits, self.block_start, self.kind, self.symbol, self.coef, self.const,
+                self.kind_eig, self.kind_proj)
+
+
+@functools.lru_cache(maxsize=8192)
+def plan(program: bytes, symbol_names: tuple) -> Plan:
+    """The plan of a serialized program, its symbols numbered as in `symbol_names`."""
+    proto = program_pb2.Program.FromString(program)
+    ops = [op for moment in proto.circuit.moments for op in moment.operations]
+    ids = sorted({q.id for op in ops for q in op.qubits} | {q for op in ops for q in _controls(op)[0]},
+                 key=_qubit_key)
+    index = {q: i for i, q in enumerate(ids)}
+    factors = [factor for op in ops for factor in _op_factors(op, index)]
+    names = {name: i for i, name in enumerate(symbol_names)}
+    missing = {f.symbol for f in factors if f.symbol is not None} - set(names)
+    if missing:
+        raise ValueError(f"the circuit's symbol(s) {', '.join(sorted(missing))} are not in symbol_names")
+    return _fuse(factors, max(2, len(ids)), names, index)
+
+
+@functools.lru_cache(maxsize=8192)
+def readout_terms(pauli_sum: bytes, qubit_index: tuple) -> list[tuple[float, int, int, int]]:
+    """(coefficient, flip mask, sign mask, Y count) of each term of a serialized Pauli sum."""
+    index = dict(qubit_index)
+    terms = []
+    for term in pauli_sum_pb2.PauliSum.FromString(pauli_sum).terms:
+        flip = signs = y_count = 0
+        for pauli in term.paulis:
+            if pauli.qubit_id not in index:
+                raise ValueError(f"a readout acts on qubit {pauli.qubit_id}, which the circuit does not use")
+            bit = 1 << index[pauli.qubit_id]
+            flip |= bit if pauli.pauli_type in "XY" else 0
+            signs |= bit if pauli.pauli_type in "YZ" else 0
+            y_count += pauli.pauli_type == "Y"
+        terms.append((term.coefficient_real, flip, signs, y_count))
+    return terms
+
+
+def _qubit_key(qubit_id: str) -> tuple:
+    return tuple(int(part) for part in qubit_id.split("_"))
+
+
+def _arg(op, name: str) -> tuple[float, float, str | None]:
+    """An argument as (const, coef, symbol), its scalar multiplier applied."""
+    value, scalar = op.args[name], op.args[name + "_scalar"].arg_value.float_value
+    if value.symbol:
+        return 0.0, scalar, value.symbol
+    return value.arg_value.float_value * scalar, 0.0, None
+
+
+def _scaled(param: tuple, by: float) -> tuple:
+    const, coef, symbol = param
+    return const * by, coef * by, symbol
+
+
+def _eigen(gate_type, global_shift: float = 0.0) -> tuple[tuple, tuple]:
+    components = gate_type(exponent=1.0, global_shift=global_shift)._eigen_components()
+    return tuple(h + global_shift for h, _ in components), tuple(np.asarray(p) for _, p in components)
+
+
+def _controls(op) -> tuple[list[str], list[int]]:
+    qubits = op.args["control_qubits"].arg_value.string_value if "control_qubits" in op.args else ""
+    values = op.args["control_values"].arg_value.string_value if "control_values" in op.args else ""
+    return [q for q in qubits.split(",") if q], [int(v) for v in values.split(",") if v]
+
+
+def _gate_factors(op) -> list[tuple[tuple[int, ...], tuple, tuple, tuple]]:
+    """The gate's factors in time order: (positions among its targets, eig, proj, (const, coef, symbol))."""
+    gate = op.gate.id
+    if gate in EIGEN_GATES:
+        shift = op.args["global_shift"].arg_value.float_value
+        return [(tuple(range(len(op.qubits))), *_eigen(EIGEN_GATES[gate], shift), _arg(op, "exponent"))]
+    if gate == "PXP":  # Z^-p, X^t (with the global shift), Z^p
+        phase, shift = _arg(op, "phase_exponent"), op.args["global_shift"].arg_value.float_value
+        return [((0,), *_eigen(cirq.ZPowGate), _scaled(phase, -1)),
+                ((0,), *_eigen(cirq.XPowGate, shift), _arg(op, "exponent")),
+                ((0,), *_eigen(cirq.ZPowGate), phase)]
+    if gate == "PISP":  # Z^p (x) Z^-p, ISWAP^t (with the global shift), Z^-p (x) Z^p
+        phase, shift = _arg(op, "phase_exponent"), op.args["global_shift"].arg_value.float_value
+        z = _eigen(cirq.ZPowGate)
+        return [((0,), *z, phase), ((1,), *z, _scaled(phase, -1)),
+                ((0, 1), *_eigen(cirq.ISwapPowGate, shift), _arg(op, "exponent")),
+                ((0,), *z, _scaled(phase, -1)), ((1,), *z, phase)]
+    if gate == "FSIM":  # ISWAP^(-2 theta / pi), then CZ^(-phi / pi): they commute
+        return [((0, 1), *_eigen(cirq.ISwapPowGate), _scaled(_arg(op, "theta"), -2 / np.pi)),
+                ((0, 1), *_eigen(cirq.CZPowGate), _scaled(_arg(op, "phi"), -1 / np.pi))]
+    if gate == "I":
+        return []
+    raise UnsupportedGate(f"the block differentiator cannot differentiate gate {gate!r} (a channel or an unknown "
+                          f"gate): use the tfq differentiator")
+
+
+def _op_factors(op, index: dict) -> list[Factor]:
+    controls, control_values = _controls(op)
+    targets = [q.id for q in op.qubits]
+    if len(controls) + len(targets) > 2:
+        raise UnsupportedGate(f"the block differentiator handles one- and two-qubit gates, not gate {op.gate.id!r} "
+                              f"on {len(controls) + len(targets)} qubits: use the tfq differentiator")
+    factors = []
+    for positions, eig, proj, (const, coef, symbol) in _gate_factors(op):
+        qubits = tuple(index[targets[p]] for p in positions)
+        if controls:  # |v><v| (x) U(e) + |not v><not v| (x) I, the control the more significant
+            on = np.diag([1.0 - control_values[0], float(control_values[0])])
+            eig, proj = eig + (0.0,), tuple(np.kron(on, p) for p in proj) + (np.kron(np.eye(2) - on, np.eye(2)),)
+            qubits = (index[controls[0]],) + qubits
+        factors.append(Factor(qubits, eig, proj, const, coef, symbol))
+    return factors
+
+
+def _fuse(factors: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
+    """Greedy fusion: a two-qubit factor joins the block its qubits last met in if that block is on
+    the same pair and nothing came between, else opens a block; one-qubit factors wait for their
+    qubit's next block, or join its last one at the end."""
+    blocks: list[tuple[tuple[int, int], list[Factor]]] = []
+    last: dict[int, int] = {}
+    waiting: dict[int, list[Factor]] = {}
+    for factor in factors:
+        if len(factor.qubits) == 1:
+            waiting.setdefault(factor.qubits[0], []).append(factor)
+            continue
+        a, b = factor.qubits
+        target = last.get(a)
+        if target is None or target != last.get(b) or set(blocks[target][0]) != {a, b}:
+            blocks.append(((a, b), []))
+            target = len(blocks) - 1
+        blocks[target][1].extend(waiting.pop(a, []) + waiting.pop(b, []) + [factor])
+        last[a] = last[b] = target
+    for qubit, rest in waiting.items():
+        if qubit not in last:
+            blocks.append(((qubit, (qubit + 1) % qubits), []))
+            last[qubit] = len(blocks) - 1
+        blocks[last[qubit]][1].extend(rest)
+    return _to_arrays(blocks, qubits, names, index)
+
+
+def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
+    """The factor's projectors in the basis of the block on `pair` (pair[0] the more significant)."""
+    if factor.qubits == pair:
+        return factor.proj
+    if len(factor.qubits) == 2:
+        return tuple(SWAP @ p @ SWAP for p in factor.proj)
+    if factor.qubits[0] == pair[0]:
+        return tuple(np.kron(p, np.eye(2)) for p in factor.proj)
+    return tuple(np.kron(np.eye(2), p) for p in factor.proj)
+
+
+def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
+    kinds: dict[bytes, int] = {}
+    kind_eig, kind_proj, rows, starts = [], [], [], [0]
+    for pair, members in blocks:
+        for factor in members:
+            eig = np.zeros(4)
+            proj = np.zeros((4, 4, 4), np.complex128)
+            eig[: len(factor.eig)] = factor.eig
+            proj[: len(factor.eig)] = _embedded(factor, pair)
+            key = eig.tobytes() + proj.tobytes()
+            if key not in kinds:
+                kinds[key] = len(kind_eig)
+                kind_eig.append(eig)
+                kind_proj.append(proj)
+            rows.append((kinds[key], names[factor.symbol] if factor.symbol is not None else -1, factor.coef,
+                         factor.const))
+        starts.append(len(rows))
+    kind, symbol, coef, const = zip(*rows) if rows else ((), (), (), ())
+    return Plan(
+        qubits=qubits,
+        block_qubits=np.array([pair for pair, _ in blocks], np.int64).reshape(-1, 2),
+        block_start=np.array(starts, np.int64),
+        kind=np.array(kind, np.int64), symbol=np.array(symbol, np.int64),
+        coef=np.array(coef, np.float64), const=np.array(const, np.float64),
+        kind_eig=np.array(kind_eig, np.float64).reshape(-1, 4),
+        kind_proj=np.array(kind_proj, np.complex128).reshape(-1, 4, 4, 4),
+        qubit_index=index,
+    )
