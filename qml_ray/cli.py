@@ -8,9 +8,9 @@ from qml_ray.errors import UsageError
 
 # Config keys that have a command-line flag (--cpus-per-worker for cpus_per_worker, ...).
 CONFIG_FLAGS = ("workers", "cpus_per_worker", "qubits", "layers", "examples", "epochs", "batch_size",
-                "seed", "checkpoint_every", "max_failures", "capacity_timeout", "storage", "profile_steps",
-                "profiler_port")
-_METAVARS = {"storage": "PATH", "profile_steps": "START,STOP"}  # the rest take N
+                "seed", "differentiator", "checkpoint_every", "max_failures", "capacity_timeout", "storage",
+                "profile_steps", "profiler_port")
+_METAVARS = {"storage": "PATH", "profile_steps": "START,STOP", "differentiator": "block|tfq"}  # the rest take N
 
 
 class ArgumentParser(argparse.ArgumentParser):

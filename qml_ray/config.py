@@ -22,6 +22,7 @@ class Config:
     epochs: int = 50
     batch_size: int = 32  # per worker; the global batch is batch_size x workers
     learning_rate: float = 0.02  # Adam
+    differentiator: str = "block"  # the quantum gradient: block (qml_ray's block-fused adjoint) or tfq (TFQ's Adjoint)
     workers: int = 1  # Ray Train workers, one MultiWorkerMirroredStrategy replica each
     cpus_per_worker: int = 1  # Ray CPUs per worker; also sizes its TF thread pools
     checkpoint_every: int = 5  # epochs between checkpoints (the last epoch always is one)
@@ -44,6 +45,8 @@ class Config:
         _require(self.max_failures >= 0, "max_failures must be 0 or more")
         _require(self.capacity_timeout >= 0, "capacity_timeout must be 0 or more")
         _require(self.learning_rate > 0, "learning_rate must be positive")
+        _require(self.differentiator in DIFFERENTIATORS,
+                 f"differentiator must be one of {', '.join(DIFFERENTIATORS)}, got {self.differentiator!r}")
         _require(bool(self.storage), "storage must not be empty")
         self.profile_range()
         top = 65535 - self.workers  # room for port + local rank
@@ -75,6 +78,7 @@ def asdict(config: Config) -> dict:
     return dataclasses.asdict(config)
 
 
+DIFFERENTIATORS = ("block", "tfq")
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 

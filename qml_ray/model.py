@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_quantum as tfq
 
 from qml_ray.config import Config
+from qml_ray.gradients import BlockAdjoint
 
 tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
 
@@ -92,6 +93,11 @@ def qcnn_circuit(qubits, layers: int) -> tuple[cirq.Circuit, list[cirq.GridQubit
     return circuit, active
 
 
+def differentiator(config: Config) -> tfq.differentiators.Differentiator:
+    """The quantum gradient the config names: qml_ray's block-fused adjoint, or TFQ's Adjoint."""
+    return BlockAdjoint() if config.differentiator == "block" else tfq.differentiators.Adjoint()
+
+
 def sign_agreement(y_true, y_pred):
     """Per example, 1.0 where the predicted sign (>= 0 counts as +1) matches the label."""
     predicted = tf.where(y_pred >= 0, 1.0, -1.0)
@@ -105,7 +111,8 @@ def build_model(config: Config) -> tf.keras.Model:
     model_circuit, readout_qubits = qcnn_circuit(qubits, config.layers)
     excitations = tf.keras.Input(shape=(), dtype=tf.string, name="circuit")
     prepared = tfq.layers.AddCircuit()(excitations, prepend=cluster_state_circuit(qubits))
-    readouts = tfq.layers.PQC(model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn")(prepared)
+    readouts = tfq.layers.PQC(model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn",
+                              differentiator=differentiator(config))(prepared)
     hidden = tf.keras.layers.Dense(8, activation="relu", name="dense_hidden")(readouts)
     output = tf.keras.layers.Dense(1, name="dense_output")(hidden)
     model = tf.keras.Model(inputs=excitations, outputs=output, name="hybrid_qcnn")

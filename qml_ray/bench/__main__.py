@@ -88,7 +88,7 @@ def parse_args(argv=None):
     circuits.add_argument("--circuits", type=positive(int), metavar="N",
                           help="circuits per batch (default: 64, down to 2 at 23 qubits)")
     circuits.add_argument("--threads", type=positive(int), default=1, metavar="N",
-                          help="TensorFlow threads (default: 1, so the figures are per vCPU)")
+                          help="TensorFlow's and the block kernel's threads (default: 1, so the figures are per vCPU)")
     circuits.add_argument("--efficiency-from", metavar="JSON",
                           help="a runtimes.json: project at its qml_ray parallel efficiency with the most "
                           "workers (default: efficiency 1, ideal)")
@@ -151,9 +151,10 @@ def circuits_main(args) -> None:
     for qubits in args.qubits:
         count = args.circuits or circuits.default_circuits(qubits)
         print(f"timing {qubits} qubits, {count} circuits per batch ...", flush=True)
-        probes.append(circuits.probe(qubits, count))
-        print(f"    forward {probes[-1]['forward_seconds']:.4g} s/circuit, forward + gradient "
-              f"{probes[-1]['forward_gradient_seconds']:.4g} s/circuit", flush=True)
+        probes.append(circuits.probe(qubits, count, args.threads))
+        print(f"    TFQ forward {probes[-1]['forward_seconds']:.4g} s/circuit, forward + gradient: TFQ "
+              f"{probes[-1]['tfq_forward_gradient_seconds']:.4g}, block {probes[-1]['block_forward_gradient_seconds']:.4g} "
+              f"s/circuit", flush=True)
     headline = next((p for p in probes if p["qubits"] == circuits.HEADLINE.qubits), None)
     doc = {"machine_cpus": os.cpu_count(), "threads": args.threads, "probes": probes,
            "projection": circuits.project(headline, efficiency, source) if headline else None}

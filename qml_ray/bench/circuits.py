@@ -1,12 +1,14 @@
 """The QCNN's cost per circuit on this machine, and the headline run projected from it.
 
 Forward: the model on a batch of circuits. Forward + gradient: the same under a GradientTape,
-then the gradient of the mean output with respect to every weight (TFQ's analytic adjoint
-gradient, the PQC layer's default). Seconds per circuit = seconds per batch / batch size.
-Run with one TensorFlow thread (the default), a figure is the cost on one vCPU.
+then the gradient of the mean output with respect to every weight, with TFQ's Adjoint and with
+qml_ray's block-fused adjoint. Seconds per circuit = seconds per batch / batch size. Run with
+one thread (the default), a figure is the cost on one vCPU.
 Importing this module starts TensorFlow: size its thread pools first.
 """
 
+import os
+import threading
 import time
 
 import tensorflow as tf
@@ -21,6 +23,10 @@ HEADLINE = Config(qubits=23, examples=1000, test_fraction=0.3)
 HEADLINE_VCPUS = 512
 ORIGINAL_CLUSTER_MINUTES = 5
 ORIGINAL_ONE_WORKER_HOURS = 4
+
+
+NODE_VCPUS = 16  # one c2-standard-16 node
+DIFFERENTIATORS = ("tfq", "block")
 
 
 def default_circuits(qubits: int) -> int:
@@ -39,65 +45,113 @@ def seconds_per_call(fn, min_seconds: float) -> float:
             return elapsed / calls
 
 
-def probe(qubits: int, circuits: int, min_seconds: float = 2.0) -> dict:
-    """Forward and forward + gradient seconds per circuit of the 1-layer QCNN on `qubits` qubits."""
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:  # Linux: sizes in pages, the second is resident
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakMemory:
+    """The process's peak resident memory above its level at the start, sampled every 5 ms."""
+
+    def __enter__(self):
+        self.start = self.peak = resident_bytes()
+        self.done = threading.Event()
+        self.sampler = threading.Thread(target=self.sample, daemon=True)
+        self.sampler.start()
+        return self
+
+    def sample(self):
+        while not self.done.wait(0.005):
+            self.peak = max(self.peak, resident_bytes())
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.sampler.join()
+
+    @property
+    def extra_bytes(self) -> int:
+        return self.peak - self.start
+
+
+def probe(qubits: int, circuits: int, threads: int, min_seconds: float = 2.0) -> dict:
+    """Seconds per circuit of the 1-layer QCNN on `qubits` qubits: TFQ's forward, and forward +
+    gradient with each differentiator; and the peak memory of a gradient per circuit in flight, in
+    state vectors (complex64, 8 bytes per amplitude)."""
     config = Config(qubits=qubits, examples=max(10, 2 * circuits))
     batch = tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:circuits])
-    model = build_model(config)
+    state_bytes = 8 * 2**qubits
+    in_flight = min(threads, circuits)
+    result = {"qubits": qubits, "circuits": circuits}
+    for name in DIFFERENTIATORS:
+        model = build_model(config.replace(differentiator=name))
 
-    def forward(inputs=batch):
-        return model(inputs, training=False)
+        def forward(inputs=batch):
+            return model(inputs, training=False)
 
-    def forward_and_gradient(inputs=batch):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(model(inputs, training=True))
-        return tape.gradient(loss, model.trainable_variables)
+        def forward_and_gradient(inputs=batch):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(model(inputs, training=True))
+            return tape.gradient(loss, model.trainable_variables)
 
-    forward(batch[:1]), forward_and_gradient(batch[:1])  # warm-up: first-call costs stay out
-    forward_seconds = seconds_per_call(forward, min_seconds) / circuits
-    both_seconds = seconds_per_call(forward_and_gradient, min_seconds) / circuits
-    return {"qubits": qubits, "circuits": circuits, "forward_seconds": forward_seconds,
-            "forward_gradient_seconds": both_seconds,
-            "gradient_to_forward": (both_seconds - forward_seconds) / forward_seconds}
+        forward(batch[:1]), forward_and_gradient(batch[:1])  # warm-up: first-call costs (and compiling) stay out
+        if name == "tfq":
+            result["forward_seconds"] = seconds_per_call(forward, min_seconds) / circuits
+        with PeakMemory() as memory:
+            result[f"{name}_forward_gradient_seconds"] = seconds_per_call(forward_and_gradient, min_seconds) / circuits
+        result[f"{name}_peak_state_vectors"] = memory.extra_bytes / in_flight / state_bytes
+        result[f"{name}_gradient_to_forward"] = (
+            result[f"{name}_forward_gradient_seconds"] - result["forward_seconds"]) / result["forward_seconds"]
+    result["speedup"] = result["tfq_forward_gradient_seconds"] / result["block_forward_gradient_seconds"]
+    return result
 
 
 def project(probed: dict, efficiency: float, efficiency_source: str) -> dict:
-    """The headline's epoch from the cost per circuit at its qubit count: every training example
-    costs a forward + gradient, every validation example a forward, spread over the vCPUs at
-    `efficiency`. A projection, not a measurement."""
+    """The headline's epoch from the cost per circuit at its qubit count, for each differentiator:
+    every training example costs a forward + gradient, every validation example a forward, spread
+    over the vCPUs at `efficiency` (one node: at 1). A projection, not a measurement."""
     train, test = data.split_sizes(HEADLINE)
-    cpu_seconds = train * probed["forward_gradient_seconds"] + test * probed["forward_seconds"]
-    return {
+    projection = {
         "qubits": HEADLINE.qubits, "train_examples": train, "test_examples": test, "vcpus": HEADLINE_VCPUS,
-        "parallel_efficiency": efficiency, "efficiency_source": efficiency_source,
-        "one_vcpu_epoch_hours": cpu_seconds / 3600,
-        "cluster_epoch_minutes": cpu_seconds / (HEADLINE_VCPUS * efficiency) / 60,
+        "node_vcpus": NODE_VCPUS, "parallel_efficiency": efficiency, "efficiency_source": efficiency_source,
         "original_cluster_epoch_minutes": ORIGINAL_CLUSTER_MINUTES,
         "original_one_worker_epoch_hours": ORIGINAL_ONE_WORKER_HOURS,
     }
+    for name in DIFFERENTIATORS:
+        cpu_seconds = train * probed[f"{name}_forward_gradient_seconds"] + test * probed["forward_seconds"]
+        projection[name] = {"one_vcpu_epoch_hours": cpu_seconds / 3600,
+                            "cluster_epoch_minutes": cpu_seconds / (HEADLINE_VCPUS * efficiency) / 60,
+                            "node_epoch_hours": cpu_seconds / NODE_VCPUS / 3600}
+    return projection
 
 
 def markdown(doc: dict) -> str:
     """The costs as a Markdown table, and the projection, said to be one."""
     lines = [
-        f"Seconds per circuit with {doc['threads']} TensorFlow thread(s) on this machine "
-        f"({doc['machine_cpus']} CPUs); the 1-layer QCNN, TFQ's adjoint gradient.",
+        f"Seconds per circuit with {doc['threads']} thread(s) (TensorFlow's pools and the block kernel's) on "
+        f"this machine ({doc['machine_cpus']} CPUs); the 1-layer QCNN. Memory: the gradient's peak above the "
+        "process's level, per circuit in flight, in state vectors (8 bytes per amplitude), sampled.",
         "",
-        "| qubits | circuits per batch | forward (s/circuit) | forward + gradient (s/circuit) | gradient / forward |",
-        "| ---: | ---: | ---: | ---: | ---: |",
+        "| qubits | circuits per batch | TFQ forward | TFQ forward + gradient | block forward + gradient "
+        "| speed-up | gradient / forward: TFQ, block | peak state vectors: TFQ, block |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    lines += [f"| {p['qubits']} | {p['circuits']} | {p['forward_seconds']:.4g} | {p['forward_gradient_seconds']:.4g} "
-              f"| {p['gradient_to_forward']:.1f} |" for p in doc["probes"]]
+    lines += [f"| {p['qubits']} | {p['circuits']} | {p['forward_seconds']:.4g} | {p['tfq_forward_gradient_seconds']:.4g} "
+              f"| {p['block_forward_gradient_seconds']:.4g} | **{p['speedup']:.1f}x** "
+              f"| {p['tfq_gradient_to_forward']:.1f}, {p['block_gradient_to_forward']:.1f} "
+              f"| {p['tfq_peak_state_vectors']:.1f}, {p['block_peak_state_vectors']:.1f} |" for p in doc["probes"]]
     projection = doc["projection"]
     if projection:
         lines += ["", (
             f"**Projection, not a measurement.** The headline run ({projection['qubits']} qubits, "
             f"{projection['train_examples']} training examples at forward + gradient, "
-            f"{projection['test_examples']} validation examples at forward) costs "
-            f"{projection['one_vcpu_epoch_hours']:.1f} vCPU-hours per epoch at the cost per circuit above. "
-            f"On {projection['vcpus']} vCPUs at parallel efficiency {projection['parallel_efficiency']:.2f} "
-            f"({projection['efficiency_source']}) that is **{projection['cluster_epoch_minutes']:.1f} min per epoch**, "
-            f"against the original's ~{projection['original_cluster_epoch_minutes']} min per epoch on 32 nodes "
-            f"(512 vCPUs) and ~{projection['original_one_worker_epoch_hours']} h per epoch on one worker."
-        )]
+            f"{projection['test_examples']} validation examples at forward), at the cost per circuit above, "
+            f"on {projection['vcpus']} vCPUs at parallel efficiency {projection['parallel_efficiency']:.2f} "
+            f"({projection['efficiency_source']}) and on one {projection['node_vcpus']}-vCPU node:"), "",
+            "| gradient | vCPU-hours per epoch | min per epoch, 512 vCPUs | h per epoch, one 16-vCPU node |",
+            "| --- | ---: | ---: | ---: |"]
+        lines += [f"| {name} | {projection[name]['one_vcpu_epoch_hours']:.2f} "
+                  f"| {projection[name]['cluster_epoch_minutes']:.2f} | {projection[name]['node_epoch_hours']:.2f} |"
+                  for name in DIFFERENTIATORS]
+        lines += [f"| the original (TFQ, tf-operator) | | ~{projection['original_cluster_epoch_minutes']} "
+                  f"| ~{projection['original_one_worker_epoch_hours']} (one worker) |"]
     return "\n".join(lines) + "\n"

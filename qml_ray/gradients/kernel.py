@@ -78,6 +78,7 @@ def accumulate_row(acc, p, x):
 
 VECTOR_BITS = 4  # a block whose lower qubit is at least this bit runs over contiguous runs of >= 16 amplitudes
 GROUPS_AT_ONCE = 8  # groups per step of the loop for lower blocks (a fixed count LLVM unrolls)
+MIN_QUBITS = 5  # states are padded to this many qubits, so they hold a whole number of GROUPS_AT_ONCE
 
 
 @numba.njit(inline="always", **JIT)

@@ -14,6 +14,8 @@ import numpy as np
 from tensorflow_quantum.core.proto import pauli_sum_pb2, program_pb2
 from tensorflow_quantum.core.serialize.serializer import EIGEN_GATES_DICT
 
+from qml_ray.gradients import kernel
+
 EIGEN_GATES = {name: gate for gate, name in EIGEN_GATES_DICT.items()}
 SWAP = np.eye(4)[[0, 2, 1, 3]]
 
@@ -65,7 +67,7 @@ def plan(program: bytes, symbol_names: tuple) -> Plan:
     missing = {f.symbol for f in factors if f.symbol is not None} - set(names)
     if missing:
         raise ValueError(f"the circuit's symbol(s) {', '.join(sorted(missing))} are not in symbol_names")
-    return _fuse(factors, max(2, len(ids)), names, index)
+    return _fuse(factors, max(kernel.MIN_QUBITS, len(ids)), names, index)
 
 
 @functools.lru_cache(maxsize=8192)
