@@ -54,9 +54,14 @@ class Plan:
                 self.kind_eig, self.kind_proj)
 
 
-@functools.lru_cache(maxsize=8192)
 def plan(program: bytes, symbol_names: tuple) -> Plan:
-    """The plan of a serialized program, its symbols numbered as in `symbol_names`."""
+    """The plan of a serialized program, its symbols numbered as in `symbol_names`. Plans are cached by
+    the program's deterministic serialization: TFQ's ops serialize argument maps in varying order."""
+    return _plan(program_pb2.Program.FromString(program).SerializeToString(deterministic=True), symbol_names)
+
+
+@functools.lru_cache(maxsize=8192)
+def _plan(program: bytes, symbol_names: tuple) -> Plan:
     proto = program_pb2.Program.FromString(program)
     ops = [op for moment in proto.circuit.moments for op in moment.operations]
     ids = sorted({q.id for op in ops for q in op.qubits} | {q for op in ops for q in _controls(op)[0]},
@@ -105,6 +110,7 @@ def _scaled(param: tuple, by: float) -> tuple:
     return const * by, coef * by, symbol
 
 
+@functools.lru_cache(maxsize=None)
 def _eigen(gate_type, global_shift: float = 0.0) -> tuple[tuple, tuple]:
     components = gate_type(exponent=1.0, global_shift=global_shift)._eigen_components()
     return tuple(h + global_shift for h, _ in components), tuple(np.asarray(p) for _, p in components)
@@ -138,16 +144,22 @@ def _gate_factors(op) -> list[tuple[tuple[int, ...], tuple, tuple, tuple]]:
                 ((0, 1), *_eigen(cirq.CZPowGate), _scaled(_arg(op, "phi"), -1 / np.pi))]
     if gate == "I":
         return []
-    raise UnsupportedGate(f"the block differentiator cannot differentiate gate {gate!r} (a channel or an unknown "
-                          f"gate): use the tfq differentiator")
+    raise UnsupportedGate(f"the block differentiator cannot differentiate gate {_gate_name(op)} (a channel or an "
+                          f"unknown gate): use the tfq differentiator")
+
+
+def _gate_name(op) -> str:
+    """The cirq name of a serialized gate where there is one (CNotPowGate for CNP), else TFQ's id."""
+    return EIGEN_GATES[op.gate.id].__name__ if op.gate.id in EIGEN_GATES else repr(op.gate.id)
 
 
 def _op_factors(op, index: dict) -> list[Factor]:
     controls, control_values = _controls(op)
     targets = [q.id for q in op.qubits]
     if len(controls) + len(targets) > 2:
-        raise UnsupportedGate(f"the block differentiator handles one- and two-qubit gates, not gate {op.gate.id!r} "
-                              f"on {len(controls) + len(targets)} qubits: use the tfq differentiator")
+        raise UnsupportedGate(f"the block differentiator cannot differentiate gate {_gate_name(op)} on "
+                              f"{len(controls) + len(targets)} qubits (only one- and two-qubit gates): use the tfq "
+                              f"differentiator")
     factors = []
     for positions, eig, proj, (const, coef, symbol) in _gate_factors(op):
         qubits = tuple(index[targets[p]] for p in positions)

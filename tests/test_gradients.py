@@ -1,0 +1,160 @@
+"""BlockAdjoint's gradients against TFQ's Adjoint and central differences of cirq's double-precision
+simulator, on the QCNN, on random circuits of every supported gate family, and in training."""
+
+import csv
+
+import cirq
+import numpy as np
+import pytest
+import sympy
+import tensorflow as tf
+import tensorflow_quantum as tfq
+
+from qml_ray.config import Config
+from qml_ray.gradients import BlockAdjoint
+from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
+
+from conftest import ROOT, SMOKE, run_command
+
+STEP = 1e-4  # central differences: error ~STEP^2 in double precision
+
+
+def gradients(differentiator, circuits, symbols, values, readouts, upstream) -> np.ndarray:
+    """d/d values of sum(upstream * expectations), through TFQ's expectation op and `differentiator`."""
+    op = differentiator.generate_differentiable_op(analytic_op=tfq.get_expectation_op())
+    values = tf.constant(values, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(values)
+        expectations = op(tfq.convert_to_tensor(circuits), tf.constant([str(s) for s in symbols]), values,
+                          tfq.convert_to_tensor(readouts))
+        loss = tf.reduce_sum(expectations * tf.constant(upstream, tf.float32))
+    return tape.gradient(loss, values).numpy()
+
+
+def cirq_objective(circuit, symbols, values, readouts, upstream) -> float:
+    """sum_k upstream[k] <O_k>, simulated by cirq in double precision."""
+    resolved = cirq.resolve_parameters(circuit, dict(zip(symbols, values)))
+    qubits = sorted(circuit.all_qubits() | {q for op in readouts for q in op.qubits})
+    state = cirq.Simulator(dtype=np.complex128).simulate(resolved, qubit_order=qubits).final_state_vector
+    index = {q: i for i, q in enumerate(qubits)}
+    return sum(weight * cirq.PauliSum.wrap(op).expectation_from_state_vector(state, index).real
+               for weight, op in zip(upstream, readouts))
+
+
+def finite_differences(circuits, symbols, values, readouts, upstream) -> np.ndarray:
+    out = np.zeros(values.shape)
+    for row, circuit in enumerate(circuits):
+        for s in range(len(symbols)):
+            shifted = [values[row].astype(np.float64) for _ in range(2)]
+            shifted[0][s] += STEP
+            shifted[1][s] -= STEP
+            plus, minus = (cirq_objective(circuit, symbols, v, readouts[row], upstream[row]) for v in shifted)
+            out[row, s] = (plus - minus) / (2 * STEP)
+    return out
+
+
+def check(circuits, symbols, values, readouts, upstream) -> None:
+    block = gradients(BlockAdjoint(threads=2), circuits, symbols, values, readouts, upstream)
+    adjoint = gradients(tfq.differentiators.Adjoint(), circuits, symbols, values, readouts, upstream)
+    reference = finite_differences(circuits, symbols, values, readouts, upstream)
+    assert np.abs(reference).max() > 0.1  # a real gradient, not zeros everywhere
+    np.testing.assert_allclose(block, reference, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(block, adjoint, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("qubits, layers", [(4, 1), (4, 2), (5, 3), (8, 1), (8, 3), (11, 1), (11, 2)])
+def test_qcnn_gradients(qubits, layers):
+    rng = np.random.default_rng(qubits * 10 + layers)
+    register = qubits_for(Config(qubits=qubits))
+    model, readout_qubits = qcnn_circuit(register, layers)
+    symbols = sorted(cirq.parameter_symbols(model), key=str)
+    circuits = [cluster_state_circuit(register) + cirq.rx(rng.uniform(-np.pi, np.pi))(register[i]) + model
+                for i in rng.choice(qubits, size=3, replace=False)]
+    values = rng.uniform(-2, 2, size=(3, len(symbols)))
+    readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
+    upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
+    check(circuits, symbols, values, readouts, upstream)
+
+
+SYMBOLS = sympy.symbols("a b c d")
+
+
+def random_parameter(rng):
+    """A number, a symbol, or a number times a symbol (the forms TFQ serializes)."""
+    symbol = SYMBOLS[rng.integers(len(SYMBOLS))]
+    return [float(rng.uniform(-1, 1)), symbol, float(rng.uniform(-3, 3)) * symbol][rng.integers(3)]
+
+
+def random_gate(rng, qubits):
+    """One gate of a random supported family on random qubits."""
+    a, b = (qubits[i] for i in rng.choice(len(qubits), size=2, replace=False))
+    p, t = random_parameter(rng), random_parameter(rng)
+    families = [
+        lambda: cirq.X(a) ** p, lambda: cirq.Y(a) ** p, lambda: cirq.Z(a) ** p, lambda: cirq.H(a) ** p,
+        lambda: cirq.S(a), lambda: cirq.T(a), lambda: cirq.H(a),
+        lambda: cirq.rx(p)(a), lambda: cirq.ry(p)(a), lambda: cirq.rz(p)(a),
+        lambda: cirq.CZ(a, b) ** p, lambda: cirq.CNOT(a, b) ** p, lambda: cirq.SWAP(a, b) ** p,
+        lambda: cirq.ISWAP(a, b) ** p, lambda: cirq.XX(a, b) ** p, lambda: cirq.YY(a, b) ** p,
+        lambda: cirq.ZZ(a, b) ** p, lambda: cirq.FSimGate(theta=p, phi=t)(a, b),
+        lambda: cirq.PhasedXPowGate(phase_exponent=p, exponent=t)(a),
+        lambda: cirq.PhasedISwapPowGate(phase_exponent=p, exponent=t)(a, b),
+        lambda: cirq.ry(p)(a).controlled_by(b),
+    ]
+    return families[rng.integers(len(families))]()
+
+
+def random_readouts(rng, qubits):
+    """Three readouts: a single Z, a two-term Pauli sum with a multi-qubit string, a Y string."""
+    a, b, c = (qubits[i] for i in rng.choice(len(qubits), size=3, replace=False))
+    return [cirq.Z(a), 0.5 * cirq.X(a) * cirq.Y(b) - 1.5 * cirq.Z(b) * cirq.Z(c), -0.8 * cirq.Y(c) * cirq.X(b)]
+
+
+@pytest.mark.parametrize("qubits", [3, 4, 5, 6, 8])
+def test_random_circuits_of_every_gate_family(qubits):
+    rng = np.random.default_rng(qubits)
+    register = cirq.GridQubit.rect(1, qubits)
+    circuits = [cirq.Circuit(cirq.H.on_each(register), (random_gate(rng, register) for _ in range(30)))
+                for _ in range(3)]
+    values = rng.uniform(-1.5, 1.5, size=(3, len(SYMBOLS)))
+    readouts = [random_readouts(rng, register) for _ in circuits]
+    upstream = rng.uniform(-1, 1, size=(3, 3))
+    check(circuits, SYMBOLS, values, readouts, upstream)
+
+
+def test_every_gate_family_is_covered():
+    """The random circuits above draw from every family, each with a symbol somewhere."""
+    rng = np.random.default_rng(0)
+    register = cirq.GridQubit.rect(1, 3)
+    gates = [random_gate(rng, register) for _ in range(2000)]
+    kinds = {type(op.gate).__name__ for op in gates if cirq.is_parameterized(op)}
+    assert {"XPowGate", "YPowGate", "ZPowGate", "HPowGate", "Rx", "Ry", "Rz", "CZPowGate", "CXPowGate",
+            "SwapPowGate", "ISwapPowGate", "XXPowGate", "YYPowGate", "ZZPowGate", "FSimGate", "PhasedXPowGate",
+            "PhasedISwapPowGate", "ControlledGate"} <= kinds | {type(op).__name__ for op in gates}
+
+
+def test_unsupported_gate_is_one_line_naming_it():
+    qubits = cirq.GridQubit.rect(1, 3)
+    circuit = cirq.Circuit(cirq.H.on_each(qubits), cirq.CNOT(qubits[1], qubits[2]).controlled_by(qubits[0]),
+                           cirq.X(qubits[0]) ** SYMBOLS[0])
+    with pytest.raises(tf.errors.OpError) as raised:
+        gradients(BlockAdjoint(), [circuit], SYMBOLS[:1], np.array([[0.3]]), [[cirq.Z(qubits[2])]], [[1.0]])
+    lines = [line for line in str(raised.value).splitlines() if "cannot differentiate" in line]
+    assert lines and "CNotPowGate" in lines[0] and "3 qubits" in lines[0]
+
+
+def losses(path) -> list[float]:
+    with open(path / "metrics.csv") as f:
+        return [float(row["loss"]) for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("config", [SMOKE, ROOT / "configs" / "tutorial.yaml"], ids=["smoke", "tutorial"])
+def test_training_with_block_and_tfq_gradients_agree(config, tmp_path):
+    """2 workers, MultiWorkerMirroredStrategy on Ray Train, the same seed: the same losses."""
+    for name in ("block", "tfq"):
+        done = run_command("train", "--config", config, "--workers", 2, "--epochs", 10, "--differentiator", name,
+                           "--storage", tmp_path, "--name", name)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    block, tfq_losses = losses(tmp_path / "block"), losses(tmp_path / "tfq")
+    assert len(block) == len(tfq_losses) == 10
+    assert block[-1] < block[0]  # it learns
+    np.testing.assert_allclose(block, tfq_losses, atol=1e-3, rtol=0)
