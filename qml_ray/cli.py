@@ -10,7 +10,7 @@ from qml_ray.errors import UsageError
 CONFIG_FLAGS = ("workers", "cpus_per_worker", "qubits", "layers", "examples", "epochs", "batch_size",
                 "seed", "differentiator", "checkpoint_every", "max_failures", "capacity_timeout", "storage",
                 "profile_steps", "profiler_port")
-_METAVARS = {"storage": "PATH", "profile_steps": "START,STOP", "differentiator": "block|tfq"}  # the rest take N
+_METAVARS = {"storage": "PATH", "profile_steps": "START,STOP", "differentiator": "auto|block|tfq"}  # the rest take N
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -22,7 +22,8 @@ class Config:
     epochs: int = 50
     batch_size: int = 32  # per worker; the global batch is batch_size x workers
     learning_rate: float = 0.02  # Adam
-    differentiator: str = "block"  # the quantum gradient: block (qml_ray's block-fused adjoint) or tfq (TFQ's Adjoint)
+    differentiator: str = "auto"  # quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's Adjoint), auto
+    # (block from 14 qubits, where it is the faster: BENCHMARKS.md)
     workers: int = 1  # Ray Train workers, one MultiWorkerMirroredStrategy replica each
     cpus_per_worker: int = 1  # Ray CPUs per worker; also sizes its TF thread pools
     checkpoint_every: int = 5  # epochs between checkpoints (the last epoch always is one)
@@ -78,7 +79,7 @@ def asdict(config: Config) -> dict:
     return dataclasses.asdict(config)
 
 
-DIFFERENTIATORS = ("block", "tfq")
+DIFFERENTIATORS = ("auto", "block", "tfq")
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 

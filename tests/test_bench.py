@@ -36,7 +36,10 @@ def test_circuits_times_forward_and_gradient(tmp_path):
     doc = json.loads((tmp_path / "circuits.json").read_text())
     assert [p["qubits"] for p in doc["probes"]] == [4, 6]
     for probe in doc["probes"]:
-        assert probe["forward_seconds"] > 0 and probe["forward_gradient_seconds"] > probe["forward_seconds"]
+        for name in ("tfq", "block"):
+            assert probe[f"{name}_forward_gradient_seconds"] > probe["forward_seconds"] > 0
+        assert probe["speedup"] == pytest.approx(
+            probe["tfq_forward_gradient_seconds"] / probe["block_forward_gradient_seconds"])
     assert doc["projection"] is None  # 23 qubits not probed
     assert "| 6 | 2 |" in (tmp_path / "circuits.md").read_text()
 
@@ -44,10 +47,13 @@ def test_circuits_times_forward_and_gradient(tmp_path):
 def test_projection_spreads_the_headline_over_the_cluster():
     from qml_ray.bench.circuits import project
 
-    projection = project({"forward_seconds": 1.0, "forward_gradient_seconds": 10.0}, 0.5, "given")
-    cpu_seconds = 700 * 10.0 + 300 * 1.0
-    assert projection["one_vcpu_epoch_hours"] == pytest.approx(cpu_seconds / 3600)
-    assert projection["cluster_epoch_minutes"] == pytest.approx(cpu_seconds / (512 * 0.5) / 60)
+    projection = project({"forward_seconds": 1.0, "tfq_forward_gradient_seconds": 10.0,
+                          "block_forward_gradient_seconds": 2.0}, 0.5, "given")
+    for name, gradient in (("tfq", 10.0), ("block", 2.0)):
+        cpu_seconds = 700 * gradient + 300 * 1.0
+        assert projection[name]["one_vcpu_epoch_hours"] == pytest.approx(cpu_seconds / 3600)
+        assert projection[name]["cluster_epoch_minutes"] == pytest.approx(cpu_seconds / (512 * 0.5) / 60)
+        assert projection[name]["node_epoch_hours"] == pytest.approx(cpu_seconds / 16 / 3600)
 
 
 @pytest.mark.parametrize("args, message", [

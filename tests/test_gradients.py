@@ -158,3 +158,12 @@ def test_training_with_block_and_tfq_gradients_agree(config, tmp_path):
     assert len(block) == len(tfq_losses) == 10
     assert block[-1] < block[0]  # it learns
     np.testing.assert_allclose(block, tfq_losses, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("choice, qubits, expected", [
+    ("auto", 12, tfq.differentiators.Adjoint), ("auto", 16, BlockAdjoint),
+    ("block", 8, BlockAdjoint), ("tfq", 20, tfq.differentiators.Adjoint)])
+def test_differentiator_choice(choice, qubits, expected):
+    from qml_ray.model import differentiator
+
+    assert type(differentiator(Config(qubits=qubits, differentiator=choice))) is expected
