@@ -53,13 +53,15 @@ def finite_differences(circuits, symbols, values, readouts, upstream) -> np.ndar
     return out
 
 
-def check(circuits, symbols, values, readouts, upstream) -> None:
+def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4) -> None:
+    """Block gradients equal cirq's central differences within 1e-4, and TFQ's Adjoint within
+    `tfq_tolerance` (TFQ's own float32 gradient strays further on some gate mixes)."""
     block = gradients(BlockAdjoint(threads=2), circuits, symbols, values, readouts, upstream)
     adjoint = gradients(tfq.differentiators.Adjoint(), circuits, symbols, values, readouts, upstream)
     reference = finite_differences(circuits, symbols, values, readouts, upstream)
     assert np.abs(reference).max() > 0.01  # a real gradient, not zeros everywhere
     np.testing.assert_allclose(block, reference, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(block, adjoint, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(block, adjoint, rtol=tfq_tolerance, atol=tfq_tolerance)
 
 
 @pytest.mark.parametrize("qubits, layers", [(4, 1), (4, 2), (5, 3), (8, 1), (8, 3), (11, 1), (11, 2)])
@@ -118,7 +120,7 @@ def test_random_circuits_of_every_gate_family(qubits):
     values = rng.uniform(-1.5, 1.5, size=(3, len(SYMBOLS)))
     readouts = [random_readouts(rng, register) for _ in circuits]
     upstream = rng.uniform(-1, 1, size=(3, 3))
-    check(circuits, SYMBOLS, values, readouts, upstream)
+    check(circuits, SYMBOLS, values, readouts, upstream, tfq_tolerance=1e-3)
 
 
 def test_every_gate_family_is_covered():
@@ -134,12 +136,12 @@ def test_every_gate_family_is_covered():
 
 def test_unsupported_gate_is_one_line_naming_it():
     qubits = cirq.GridQubit.rect(1, 3)
-    circuit = cirq.Circuit(cirq.H.on_each(qubits), cirq.CNOT(qubits[1], qubits[2]).controlled_by(qubits[0]),
+    circuit = cirq.Circuit(cirq.H.on_each(qubits), cirq.ISWAP(qubits[1], qubits[2]).controlled_by(qubits[0]),
                            cirq.X(qubits[0]) ** SYMBOLS[0])
     with pytest.raises(tf.errors.OpError) as raised:
         gradients(BlockAdjoint(), [circuit], SYMBOLS[:1], np.array([[0.3]]), [[cirq.Z(qubits[2])]], [[1.0]])
     lines = [line for line in str(raised.value).splitlines() if "cannot differentiate" in line]
-    assert lines and "CNotPowGate" in lines[0] and "3 qubits" in lines[0]
+    assert lines and "ISwapPowGate" in lines[0] and "3 qubits" in lines[0]
 
 
 def losses(path) -> list[float]:
