@@ -4,7 +4,7 @@ import argparse
 import sys
 
 from qml_ray import config as config_lib
-from qml_ray.errors import UsageError
+from qml_ray.errors import UsageError, one_line
 
 # Config keys that have a command-line flag (--cpus-per-worker for cpus_per_worker, ...).
 CONFIG_FLAGS = ("workers", "cpus_per_worker", "qubits", "layers", "examples", "epochs", "batch_size",
@@ -52,5 +52,5 @@ def run(main, argv=None) -> None:
     try:
         main(argv)
     except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(err)}", file=sys.stderr)
         sys.exit(2)

@@ -107,7 +107,7 @@ def load(path: str | Path) -> Config:
     except FileNotFoundError:
         raise UsageError(f"config file not found: {path}") from None
     except (OSError, yaml.YAMLError) as err:
-        raise UsageError(f"cannot read config file {path}: {_first_line(err)}") from None
+        raise UsageError(f"cannot read config file {path}: {err}") from None
     if values is None:
         values = {}
     _require(isinstance(values, dict), f"config file {path} must hold a mapping of keys to values")
@@ -121,7 +121,7 @@ def of_run(run: str) -> Config:
     try:
         values = yaml.safe_load(storage.read_text(path))
     except yaml.YAMLError as err:
-        raise UsageError(f"cannot read {path}: {_first_line(err)}") from None
+        raise UsageError(f"cannot read {path}: {err}") from None
     _require(isinstance(values, dict), f"{path} must hold a mapping of keys to values")
     return from_mapping(values)
 
@@ -148,7 +148,3 @@ _KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise UsageError(message)
-
-
-def _first_line(err: Exception) -> str:
-    return " ".join(str(err).split())

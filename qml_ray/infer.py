@@ -47,8 +47,7 @@ def load_trained_model(run: str):
     except UsageError:
         raise
     except Exception as err:  # TF reports damaged or mismatched checkpoints with many error types
-        reason = " ".join(str(err).split())[:300]
-        raise UsageError(f"cannot load the weights in {weights} into this run's model: {reason}") from None
+        raise UsageError(f"cannot load the weights in {weights} into this run's model: {err}") from None
     return model
 
 

@@ -34,7 +34,7 @@ def connect(address: str | None) -> None:
     try:
         ray.init(address=address, runtime_env={"env_vars": job_env()}, logging_level="WARNING")
     except (ConnectionError, RuntimeError, ValueError) as err:
-        raise UsageError(f"cannot connect to Ray at {address}: {' '.join(str(err).split())}") from None
+        raise UsageError(f"cannot connect to Ray at {address}: {err}") from None
 
 
 def placeable_workers(cpus_per_worker: int) -> int:

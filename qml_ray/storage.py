@@ -253,13 +253,9 @@ def _gcs(call, path: str):
             raise UsageError(f"Cloud Storage bucket {bucket!r} does not exist") from None
         raise FileNotFoundError(path) from None
     except api.Forbidden as err:
-        raise UsageError(f"no permission for {path}: {_first_line(err)}") from None
+        raise UsageError(f"no permission for {path}: {err}") from None
     except api.Unauthorized as err:
-        raise UsageError(f"Cloud Storage refused the credentials for {path}: {_first_line(err)}") from None
+        raise UsageError(f"Cloud Storage refused the credentials for {path}: {err}") from None
     except (api.RetryError, api.ServiceUnavailable, RequestsConnectionError, TransportError) as err:
         endpoint = os.environ.get("STORAGE_EMULATOR_HOST", "storage.googleapis.com")
-        raise UsageError(f"cannot reach Cloud Storage at {endpoint} for {path}: {_first_line(err)}") from None
-
-
-def _first_line(err: Exception) -> str:
-    return " ".join(str(err).split())[:300]
+        raise UsageError(f"cannot reach Cloud Storage at {endpoint} for {path}: {err}") from None

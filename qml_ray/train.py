@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from qml_ray import cli, config as config_lib, runtime, storage
-from qml_ray.errors import UsageError
+from qml_ray.errors import UsageError, one_line
 
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
@@ -119,11 +119,11 @@ def failure_message(err: Exception, config: config_lib.Config) -> str:
     """One line on why training stopped."""
     from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
 
+    reason = err
     if isinstance(getattr(err, "controller_failure", None), WorkerGroupStartupTimeoutError):
-        return (f"the cluster could not place all {config.workers} workers ({config.cpus_per_worker} CPU(s) each) "
-                f"within {replacement_wait(config):.0f} s: add nodes, raise --capacity-timeout "
-                f"or lower --workers")
-    return " ".join(str(err).split())[:500]
+        reason = (f"the cluster could not place all {config.workers} workers ({config.cpus_per_worker} CPU(s) each) "
+                  f"within {replacement_wait(config):.0f} s: add nodes, raise --capacity-timeout or lower --workers")
+    return one_line(f"training failed: {reason}")
 
 
 def publish_weights(result, run: str) -> str:
@@ -155,7 +155,7 @@ def main(argv=None) -> None:
     try:
         result = fit(config, run)
     except TrainingFailedError as err:  # failed more than max_failures times, or lost capacity for good
-        print(f"error: training failed: {failure_message(err, config)}", file=sys.stderr)
+        print(f"error: {failure_message(err, config)}", file=sys.stderr)
         print(f"the checkpoints are kept: continue with --name {os.path.basename(run)} --resume", file=sys.stderr)
         sys.exit(1)
     weights = publish_weights(result, run)

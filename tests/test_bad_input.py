@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from qml_ray import storage
+from qml_ray.errors import MAX_LINE, one_line
 
 from conftest import SMOKE, run_command
 
@@ -84,7 +85,6 @@ def run_copy(trained_run, tmp_path) -> Path:
     return Path(shutil.copytree(trained_run.path, tmp_path / "copy", ignore=shutil.ignore_patterns("predictions")))
 
 
-
 def remove_weights(run: Path) -> None:
     shutil.rmtree(run / storage.WEIGHTS)
 
@@ -127,3 +127,9 @@ def test_training_that_keeps_failing_says_how_to_continue(run_copy):
     assert [line for line in lines if line.startswith("error: training failed: Training failed due to worker errors")]
     assert "the checkpoints are kept: continue with --name copy --resume" in lines
 
+
+
+def test_error_text_is_one_bounded_line():
+    assert one_line(ValueError("cannot\n  open\tfile")) == "cannot open file"
+    long = one_line("x " * MAX_LINE)
+    assert len(long) == MAX_LINE and long.endswith("...")
