@@ -34,7 +34,6 @@ def parse_args(argv=None):
 def load_trained_model(run: str):
     """The run's model with its final weights, or a UsageError saying why it cannot be had."""
     from qml_ray.model import build_model
-    from qml_ray.worker import WEIGHTS_PREFIX
 
     config = config_lib.of_run(run)
     weights = storage.join(run, storage.WEIGHTS)
@@ -43,7 +42,7 @@ def load_trained_model(run: str):
     model = build_model(config)
     try:
         with storage.local_copy(weights) as folder:
-            model.load_weights(os.path.join(folder, WEIGHTS_PREFIX)).expect_partial()
+            model.load_weights(os.path.join(folder, storage.WEIGHTS_PREFIX)).expect_partial()
     except UsageError:
         raise
     except Exception as err:  # TF reports damaged or mismatched checkpoints with many error types

@@ -33,6 +33,12 @@ HISTORY = "metrics.csv"  # one row per epoch
 TENSORBOARD = "tensorboard"  # per-epoch scalars and the readout histogram
 PREDICTIONS = "predictions"  # one folder of Parquet per inference run
 COMPLETE = "_COMPLETE"  # marks a published folder as whole
+# A checkpoint (checkpoints/epoch-NNNNN/) and the weights folder hold:
+WEIGHTS_PREFIX = "qcnn"  # the TensorFlow checkpoint of weights and optimizer state: qcnn.index, qcnn.data-*
+STATE_FILE = "state.json"  # epochs done and the metrics history
+# and a checkpoint holds rank 0's TensorBoard logs up to its epoch as one file: Ray Train's download of a
+# checkpoint from Cloud Storage does not recreate subfolders.
+SUMMARIES = "tensorboard.zip"
 
 GCS_PREFIX = "gs://"
 GCS_SECONDS = 15.0  # how long one Cloud Storage call may retry before giving up
@@ -64,6 +70,11 @@ def absolute(path: str) -> str:
 
 def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts)
+
+
+def checkpoint_name(epoch: int) -> str:
+    """The folder, within checkpoints/, of the checkpoint taken after `epoch` epochs."""
+    return f"epoch-{epoch:05d}"
 
 
 def split_path(run: str, split: str) -> str:

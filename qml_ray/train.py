@@ -61,12 +61,10 @@ def resolve_run(args) -> tuple[config_lib.Config, str, bool]:
 
 def published_epochs(run: str) -> int:
     """Epochs trained into the run's published weights (0 when none are published)."""
-    from qml_ray.worker import STATE_FILE
-
     weights = storage.join(run, storage.WEIGHTS)
     if not storage.is_complete(weights):
         return 0
-    return json.loads(storage.read_text(storage.join(weights, STATE_FILE)))["epoch"]
+    return json.loads(storage.read_text(storage.join(weights, storage.STATE_FILE)))["epoch"]
 
 
 def prepare_run(config: config_lib.Config, run: str, resume: bool) -> None:
@@ -128,11 +126,9 @@ def failure_message(err: Exception, config: config_lib.Config) -> str:
 
 def publish_weights(result, run: str) -> str:
     """Copy the final checkpoint, less its TensorBoard logs, to <run>/weights/."""
-    from qml_ray.worker import SUMMARIES
-
     weights = storage.join(run, storage.WEIGHTS)
     with result.checkpoint.as_directory() as folder, tempfile.TemporaryDirectory() as copy:
-        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(SUMMARIES), dirs_exist_ok=True)
+        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(storage.SUMMARIES), dirs_exist_ok=True)
         storage.publish_dir(copy, weights)
     return weights
 

@@ -22,13 +22,9 @@ import ray.train
 import tensorflow as tf
 
 from qml_ray import runtime, storage
+from qml_ray.storage import STATE_FILE, SUMMARIES, WEIGHTS_PREFIX
 from qml_ray.config import Config
 
-WEIGHTS_PREFIX = "qcnn"  # TensorFlow checkpoint prefix inside a checkpoint or weights folder
-STATE_FILE = "state.json"  # epochs done and the metrics history, beside the weights
-# Rank 0's TensorBoard logs up to the checkpoint's epoch, as one file: Ray Train's download of a
-# checkpoint from Cloud Storage does not recreate subfolders.
-SUMMARIES = "tensorboard.zip"
 HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second",
                   "finished_at")  # finished_at: Unix time, so restarts show as gaps
 
@@ -161,7 +157,7 @@ class EpochReporter(tf.keras.callbacks.Callback):
             if self.is_chief:
                 shutil.make_archive(os.path.join(folder, SUMMARIES.removesuffix(".zip")), "zip", self.summaries_dir)
                 checkpoint = ray.train.Checkpoint.from_directory(folder)
-            ray.train.report(row, checkpoint=checkpoint, checkpoint_dir_name=f"epoch-{row['epoch']:05d}")
+            ray.train.report(row, checkpoint=checkpoint, checkpoint_dir_name=storage.checkpoint_name(row["epoch"]))
 
     def log(self, row: dict) -> None:
         # Straight to stdout, which Ray forwards to the driver (print is re-routed to logging).
