@@ -6,11 +6,8 @@ import sys
 from qml_ray import config as config_lib
 from qml_ray.errors import UsageError, one_line
 
-# Config keys that have a command-line flag (--cpus-per-worker for cpus_per_worker, ...).
-CONFIG_FLAGS = ("workers", "cpus_per_worker", "qubits", "layers", "examples", "epochs", "batch_size",
-                "seed", "differentiator", "checkpoint_every", "max_failures", "capacity_timeout", "storage",
-                "profile_steps", "profiler_port")
-_METAVARS = {"storage": "PATH", "profile_steps": "START,STOP", "differentiator": "auto|block|tfq"}  # the rest take N
+# The value a config key's flag takes, where its type does not say it well (the rest: N, or true|false).
+_METAVARS = {"test_fraction": "FRACTION", "learning_rate": "RATE", "storage": "PATH", "profile_steps": "START,STOP"}
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -21,11 +18,32 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="YAML", help="config file (default: the built-in defaults)")
-    for key in CONFIG_FLAGS:
-        default = config_lib.FIELDS[key].default
-        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, metavar=_METAVARS.get(key, "N"),
-                            help=f"override config '{key}' (built-in default: {default if default != '' else 'off'})")
+    """--config, and a flag for every config key (--cpus-per-worker for cpus_per_worker, ...)."""
+    parser.add_argument("--config", metavar="YAML", help="config file; the keys it leaves out take the built-in defaults")
+    keys = parser.add_argument_group(
+        "config keys", "each flag sets the key of its name (--cpus-per-worker: cpus_per_worker) over the config file")
+    for key, field in config_lib.FIELDS.items():
+        keys.add_argument(flag(key), dest=key, metavar=_metavar(key),
+                          help=f"{config_lib.doc(key)} [default: {_shown(field.default)}]".replace("%", "%%"))
+
+
+def flag(key: str) -> str:
+    """The command-line flag of a config key."""
+    return "--" + key.replace("_", "-")
+
+
+def _metavar(key: str) -> str:
+    if key in config_lib.CHOICES:
+        return "|".join(config_lib.CHOICES[key])
+    kind = config_lib.FIELDS[key].type
+    return _METAVARS.get(key, "true|false" if kind is bool else "N")
+
+
+def _shown(default) -> str:
+    """A default as its flag would spell it."""
+    if isinstance(default, bool):
+        return str(default).lower()
+    return str(default) if default != "" else "empty"
 
 
 def add_address_flag(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +56,7 @@ def add_address_flag(parser: argparse.ArgumentParser) -> None:
 
 def overrides(args: argparse.Namespace) -> dict:
     """The config values given as flags."""
-    return {key: getattr(args, key) for key in CONFIG_FLAGS if getattr(args, key) is not None}
+    return {key: getattr(args, key) for key in config_lib.FIELDS if getattr(args, key) is not None}
 
 
 def config_from_args(args: argparse.Namespace) -> config_lib.Config:

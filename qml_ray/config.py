@@ -10,29 +10,40 @@ from qml_ray import storage
 from qml_ray.errors import UsageError
 
 
+def _key(default, meaning: str):
+    """A config key: its built-in default and what it means (also the help of its command-line flag)."""
+    return dataclasses.field(default=default, metadata={"doc": meaning})
+
+
 @dataclass(frozen=True)
 class Config:
-    """Everything that defines a training run. Field comments are the docs."""
+    """Everything that defines a training run: one YAML file, every key a command-line flag too."""
 
-    qubits: int = 8  # cluster-state qubits (>= 4; odd counts allowed)
-    layers: int = 1  # quantum conv + pool layers
-    examples: int = 160  # excitation examples, train and test together
-    test_fraction: float = 0.3  # share of the examples held out for test
-    seed: int = 0  # seeds the data set and the weight initialisation
-    epochs: int = 50
-    batch_size: int = 32  # per worker; the global batch is batch_size x workers
-    learning_rate: float = 0.02  # Adam
-    differentiator: str = "auto"  # quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's Adjoint), auto
-    # (block from 14 qubits, where it is the faster: BENCHMARKS.md)
-    workers: int = 1  # Ray Train workers, one MultiWorkerMirroredStrategy replica each
-    cpus_per_worker: int = 1  # Ray CPUs per worker; also sizes its TF thread pools
-    checkpoint_every: int = 5  # epochs between checkpoints (the last epoch always is one)
-    max_failures: int = 3  # times Ray Train restarts the workers from the last checkpoint
-    capacity_timeout: int = 0  # seconds to wait for the cluster to grow to the workers (autoscaling)
-    storage: str = "runs"  # folder that holds the run folders
-    size_thread_pools: bool = True  # size each worker's TF intra-/inter-op pools to its CPUs (else TF's defaults)
-    profile_steps: str = ""  # "START,STOP" (or "STEP"): trace these training steps into rank 0's TensorBoard logs
-    profiler_port: int = 0  # on-demand TF profiler server on each worker at this port + its local rank; 0 = off
+    qubits: int = _key(8, "qubits of the cluster state the circuits run on (at least 4; odd counts too)")
+    layers: int = _key(1, "quantum convolution + pooling layers, from 1 to what the qubits allow (3 for 8 qubits)")
+    examples: int = _key(160, "excitation circuits in the data set, training and test together (at least 10)")
+    test_fraction: float = _key(0.3, "share of the examples held out for testing (validation), between 0 and 1")
+    seed: int = _key(0, "seeds the data set, the weight initialisation and the shuffling")
+    epochs: int = _key(50, "passes over the training examples")
+    batch_size: int = _key(32, "examples per step on each worker; the global batch is batch_size x workers")
+    learning_rate: float = _key(0.02, "Adam's learning rate")
+    hidden_activation: str = _key("linear", "activation of the Dense(8) layer between the quantum readouts and "
+                                            "the output: linear (the tutorial's model) or relu")
+    differentiator: str = _key("auto", "quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's "
+                                       "Adjoint), or auto: block from 14 qubits, where it was measured faster")
+    workers: int = _key(1, "Ray Train workers, one MultiWorkerMirroredStrategy replica each")
+    cpus_per_worker: int = _key(1, "Ray CPUs per worker; also sizes its TensorFlow thread pools")
+    checkpoint_every: int = _key(5, "epochs between checkpoints (the last epoch always is one)")
+    max_failures: int = _key(3, "times Ray Train restarts the workers from the last checkpoint after a failure")
+    capacity_timeout: int = _key(0, "seconds to wait for the cluster to grow to the workers (autoscaling); "
+                                    "0 fails at once")
+    storage: str = _key("runs", "where the run folders live: a local folder or gs://BUCKET/PREFIX")
+    size_thread_pools: bool = _key(True, "size each worker's TensorFlow thread pools to its CPUs "
+                                         "(false: TensorFlow's defaults, every core of the machine)")
+    profile_steps: str = _key("", "START,STOP (or one STEP): trace these training steps, counted from 1, "
+                                  "into rank 0's TensorBoard logs; empty: off")
+    profiler_port: int = _key(0, "on-demand TensorFlow profiler server on each worker at this port + its "
+                                 "local rank; 0: off")
 
     def validate(self) -> "Config":
         """Return self, or raise UsageError naming the first bad value."""
@@ -46,8 +57,9 @@ class Config:
         _require(self.max_failures >= 0, "max_failures must be 0 or more")
         _require(self.capacity_timeout >= 0, "capacity_timeout must be 0 or more")
         _require(self.learning_rate > 0, "learning_rate must be positive")
-        _require(self.differentiator in DIFFERENTIATORS,
-                 f"differentiator must be one of {', '.join(DIFFERENTIATORS)}, got {self.differentiator!r}")
+        for key, allowed in CHOICES.items():
+            value = getattr(self, key)
+            _require(value in allowed, f"{key} must be one of {', '.join(allowed)}, got {value!r}")
         _require(bool(self.storage), "storage must not be empty")
         self.profile_range()
         top = 65535 - self.workers  # room for port + local rank
@@ -79,8 +91,13 @@ def asdict(config: Config) -> dict:
     return dataclasses.asdict(config)
 
 
-DIFFERENTIATORS = ("auto", "block", "tfq")
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+CHOICES = {"differentiator": ("auto", "block", "tfq"), "hidden_activation": ("linear", "relu")}
+
+
+def doc(key: str) -> str:
+    """What a config key means."""
+    return FIELDS[key].metadata["doc"]
 
 
 def max_layers(qubits: int) -> int:
@@ -127,19 +144,26 @@ def of_run(run: str) -> Config:
 
 
 def _coerce(key: str, value):
+    """`value` as the key's type, or a UsageError. Flags give text ("4", "0.1", "false"), and YAML
+    reads `profile_steps: 5` as a number."""
     kind = FIELDS[key].type
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if kind is str and isinstance(value, int) and not isinstance(value, bool):
-        return str(value)  # YAML reads `profile_steps: 5` as a number
-    if isinstance(value, str) and kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-    _require(ok, f"{key} must be {_KIND_NAMES[kind]}, got {value!r}")
+    if isinstance(value, str) and kind is not str:
+        value = _from_text(value, kind)
+    elif isinstance(value, int) and not isinstance(value, bool) and kind in (float, str):
+        value = kind(value)
+    _require(isinstance(value, kind) and isinstance(value, bool) == (kind is bool),
+             f"{key} must be {_KIND_NAMES[kind]}, got {value!r}")
     return value
+
+
+def _from_text(text: str, kind: type):
+    """A flag's text as a `kind`, or the text itself when it is none."""
+    if kind is bool:
+        return {"true": True, "false": False}.get(text.lower(), text)
+    try:
+        return kind(text)
+    except ValueError:
+        return text
 
 
 _KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}

@@ -3,7 +3,28 @@
 A cluster state on n qubits is excited by the input circuit, then `layers` rounds of
 quantum convolution (a 15-parameter two-qubit unitary over neighbouring pairs) and
 quantum pooling (a 6-parameter gate moving half of the qubits' information onto the
-other half). Z readouts on the qubits left feed Dense(8) and Dense(1).
+other half). Z readouts on the qubits left feed Dense(8) and Dense(1), both linear as in
+the original (`hidden_activation: relu` puts a ReLU on the Dense(8)); MSE loss, Adam.
+
+With 8 qubits and one layer this is the circuit and model of the original, TFQ's
+multi-worker QCNN example (`qcnn_multiworker`, the tutorial's hybrid model), but for
+these deliberate differences:
+
+- The symbol fix: the original raises ZZ, YY and XX to symbols 7, 8 and 9 of its
+  two-qubit unitary, so symbol 6 is never used and symbol 9 drives both XX and the
+  next rotation; here they take 6, 7 and 8, and each of the 15 parameters is used once.
+- Sign accuracy: the original's Keras "accuracy" becomes binary accuracy for one
+  output, (prediction > 0.5) == label, which never holds for the -1 labels; here
+  accuracy is the share of predictions whose sign matches the +-1 label.
+- The seeded shared data set: the original draws its examples unseeded in every
+  worker, so each worker trains and validates on data of its own; here the driver
+  draws them once from `seed` (data.py), writes them to the run folder, and the
+  workers train on disjoint shards of that one set. The weights start from `seed` too.
+- The random choice of excited qubit: the original excites each qubit in turn (20
+  rounds over the 8 qubits); here each example's qubit is drawn at random with its
+  angle, so any qubit count and number of examples work.
+- Any size: the original is fixed at 8 qubits and one conv + pool layer; here `qubits`
+  (4 or more, odd too) and `layers` are free.
 """
 
 import cirq
@@ -118,7 +139,7 @@ def build_model(config: Config) -> tf.keras.Model:
     prepared = tfq.layers.AddCircuit()(excitations, prepend=cluster_state_circuit(qubits))
     readouts = tfq.layers.PQC(model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn",
                               differentiator=differentiator(config))(prepared)
-    hidden = tf.keras.layers.Dense(8, activation="relu", name="dense_hidden")(readouts)
+    hidden = tf.keras.layers.Dense(8, activation=config.hidden_activation, name="dense_hidden")(readouts)
     output = tf.keras.layers.Dense(1, name="dense_output")(hidden)
     model = tf.keras.Model(inputs=excitations, outputs=output, name="hybrid_qcnn")
     model.compile(

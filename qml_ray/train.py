@@ -19,7 +19,7 @@ STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 MIN_REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own default wait for a worker group to start
 # Keys that define a run's data set and model: a resumed run must keep them.
-FIXED_ON_RESUME = ("qubits", "layers", "examples", "test_fraction", "seed")
+FIXED_ON_RESUME = ("qubits", "layers", "examples", "test_fraction", "seed", "hidden_activation")
 
 
 def parse_args(argv=None):

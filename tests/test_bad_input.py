@@ -31,6 +31,9 @@ def assert_usage_error(done, message: str) -> None:
     (["--config", "configs/missing.yaml"], "error: config file not found: configs/missing.yaml"),
     (["--layers", "9"], "error: layers must be 1..3 for 8 qubits"),
     (["--resume"], "error: --resume needs the --name"),
+    (["--learning-rate", "fast"], "error: learning_rate must be a number, got 'fast'"),
+    (["--size-thread-pools", "maybe"], "error: size_thread_pools must be true or false, got 'maybe'"),
+    (["--hidden-activation", "sigmoid"], "error: hidden_activation must be one of linear, relu, got 'sigmoid'"),
     (["--frobnicate"], "error: unrecognized arguments: --frobnicate"),
 ])
 def test_bad_train_flags(tmp_path, args, message):

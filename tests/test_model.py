@@ -59,6 +59,13 @@ def test_parameter_count_and_output_shape(qubits, readouts):
     assert model(circuits).shape == (qubits, 1)
 
 
+@pytest.mark.parametrize("activation, expected", [("linear", tf.keras.activations.linear),
+                                                  ("relu", tf.keras.activations.relu)])
+def test_hidden_layer_is_linear_unless_configured(activation, expected):
+    model = build_model(Config(qubits=4, hidden_activation=activation))
+    assert model.get_layer("dense_hidden").activation is expected
+
+
 def test_headline_23_qubit_model_builds():
     config = Config(qubits=23, layers=max_layers(23))
     model = build_model(config)

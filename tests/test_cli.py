@@ -1,0 +1,39 @@
+"""The config flags: every key has one, and --help says what each means."""
+
+from qml_ray import cli, config as config_lib
+from qml_ray.config import FIELDS, Config
+
+from conftest import SMOKE, run_command
+
+# A valid value other than the default for every config key.
+CHANGED = {"qubits": 6, "layers": 2, "examples": 40, "test_fraction": 0.5, "seed": 3, "epochs": 2, "batch_size": 4,
+           "learning_rate": 0.1, "hidden_activation": "relu", "differentiator": "block", "workers": 3,
+           "cpus_per_worker": 2, "checkpoint_every": 1, "max_failures": 0, "capacity_timeout": 30,
+           "storage": "/tmp/elsewhere", "size_thread_pools": False, "profile_steps": "2,4", "profiler_port": 9430}
+
+
+def parse(*argv: str) -> Config:
+    parser = cli.ArgumentParser()
+    cli.add_config_flags(parser)
+    return cli.config_from_args(parser.parse_args(argv))
+
+
+def test_every_config_key_can_be_set_by_its_flag():
+    assert set(CHANGED) == set(FIELDS)
+    assert all(value != FIELDS[key].default for key, value in CHANGED.items())
+    argv = [text for key, value in CHANGED.items() for text in (cli.flag(key), str(value))]
+    assert config_lib.asdict(parse(*argv)) == CHANGED
+
+
+def test_flags_override_the_config_file():
+    config = parse("--config", str(SMOKE), "--learning-rate", "0.1", "--size-thread-pools", "FALSE")
+    assert config == config_lib.load(SMOKE).replace(learning_rate=0.1, size_thread_pools=False)
+
+
+def test_help_says_what_every_config_key_means():
+    done = run_command("train", "--help", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = " ".join(done.stdout.split())  # argparse wraps the help
+    for key in FIELDS:
+        assert f"{cli.flag(key)} " in text
+        assert " ".join(config_lib.doc(key).split()) in text, key
