@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from ray._private.utils import get_num_cpus
 
 from qml_ray import storage
 from qml_ray.errors import MAX_LINE, one_line
@@ -54,17 +55,22 @@ def test_bad_config_files(tmp_path, text, message):
     assert not (tmp_path / "runs").exists()
 
 
+# The CPUs a local Ray started on this machine gives itself (its cgroup quota or CPU affinity).
+CPUS = get_num_cpus()
+
+
 def test_more_workers_than_the_cluster_can_place_fails_at_once(tmp_path):
-    done = run_command("train", "--config", SMOKE, "--workers", 64, "--storage", tmp_path, timeout=120)
-    assert_usage_error(done, "not 64 training workers")
+    done = run_command("train", "--config", SMOKE, "--workers", CPUS + 1, "--storage", tmp_path, timeout=120)
+    assert_usage_error(done, f"the Ray cluster ({CPUS} CPUs) can place {CPUS} process(es) of 1 CPU(s), "
+                             f"not {CPUS + 1} training workers: lower --workers or --cpus-per-worker, or add nodes")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_capacity_that_never_comes_fails_after_the_timeout(tmp_path):
-    done = run_command("train", "--config", SMOKE, "--workers", 64, "--capacity-timeout", 3, "--storage", tmp_path,
-                       timeout=120)
-    assert_usage_error(done, "not 64 training workers after 3 s")
-    assert "waiting for the cluster to grow: 2 of 64 training workers placeable" in done.stdout
+    done = run_command("train", "--config", SMOKE, "--workers", 1, "--cpus-per-worker", CPUS + 1,
+                       "--capacity-timeout", 3, "--storage", tmp_path, timeout=120)
+    assert_usage_error(done, f"can place 0 process(es) of {CPUS + 1} CPU(s), not 1 training workers after 3 s")
+    assert "waiting for the cluster to grow: 0 of 1 training workers placeable" in done.stdout
     assert list(tmp_path.iterdir()) == []
 
 

@@ -24,12 +24,6 @@ def test_another_seed_gives_other_data():
     assert not data.generate(CONFIG)["train"].equals(data.generate(CONFIG.replace(seed=12))["train"])
 
 
-def test_data_does_not_depend_on_worker_count():
-    one, many = data.generate(CONFIG.replace(workers=1)), data.generate(CONFIG.replace(workers=7))
-    for split in data.SPLITS:
-        assert one[split].equals(many[split])
-
-
 def test_labels_follow_the_excitation_angle_and_splits_cover_all_examples():
     tables = data.generate(CONFIG)
     assert sum(t.num_rows for t in tables.values()) == CONFIG.examples
