@@ -11,7 +11,7 @@ from qml_ray.errors import UsageError
 # waits until the previous report has been collected, so with the default every epoch shorter
 # than 2 s would take 2 s. The driver's value, if set, wins.
 REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
-TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its worker.Timings there (the benchmark sets it)
+TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its callbacks.Timings there (the benchmark sets it)
 REPORT_POLL_SECONDS = "0.1"
 
 

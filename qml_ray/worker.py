@@ -3,30 +3,22 @@
 Ray's TensorflowTrainer sets TF_CONFIG on every worker before this runs. Each worker
 trains on its own shard of the run's data set, reports every epoch to Ray Train and,
 every `checkpoint_every` epochs, saves weights, optimizer state, the metrics history and
-the TensorBoard logs as a Ray Train checkpoint. All ranks save (Keras synchronises metric
-variables while saving under the strategy); rank 0's copy is the one kept.
+the TensorBoard logs as a Ray Train checkpoint (the per-epoch work: callbacks.py).
 """
 
-import csv
-import io
 import json
 import math
 import os
-import resource
 import shutil
-import sys
 import tempfile
-import time
 
 import ray.train
 import tensorflow as tf
 
 from qml_ray import runtime, storage
-from qml_ray.storage import STATE_FILE, SUMMARIES, WEIGHTS_PREFIX
+from qml_ray.callbacks import (ConsoleLine, EpochClock, MetricsHistory, RayReport, RunLogs, StepProfiler,
+                               TensorBoardLog, Timings)
 from qml_ray.config import Config
-
-HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second",
-                  "finished_at")  # finished_at: Unix time, so restarts show as gaps
 
 
 def train_worker(params: dict) -> None:
@@ -72,10 +64,17 @@ def train_replica(config: Config, run: str, strategy: tf.distribute.Strategy, ra
         model = build_model(config)
         model.optimizer.build(model.trainable_variables)  # so a checkpoint's slots restore now
     summaries_dir = tempfile.mkdtemp(prefix="tensorboard-") if rank == 0 else None
-    done, history = restore(model, checkpoint, summaries_dir)
+    done, rows = restore(model, checkpoint, summaries_dir)
 
-    callbacks = [EpochReporter(config, run, history, train_table.num_rows, test_table, ray_train,
-                               readouts=readout_model(model) if rank == 0 else None, summaries_dir=summaries_dir)]
+    clock = EpochClock()
+    history = MetricsHistory(rows, clock, train_table.num_rows)
+    callbacks = [clock, history]  # in this order: each callback reads what those before it recorded
+    if rank == 0:
+        callbacks += [ConsoleLine(history, config.epochs),
+                      TensorBoardLog(history, summaries_dir, readout_model(model), test_table),
+                      RunLogs(history, run, summaries_dir)]
+    if ray_train:
+        callbacks.append(RayReport(history, config, summaries_dir))
     profile_steps = config.profile_range()
     if rank == 0 and profile_steps:
         callbacks.insert(0, StepProfiler(profile_steps, summaries_dir))  # done before the logs publish
@@ -93,145 +92,9 @@ def restore(model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None,
         return 0, []
     with tempfile.TemporaryDirectory() as folder:  # per worker: as_directory() is shared on a node
         checkpoint.to_directory(folder)
-        model.load_weights(os.path.join(folder, WEIGHTS_PREFIX))
-        with open(os.path.join(folder, STATE_FILE)) as f:
+        model.load_weights(os.path.join(folder, storage.WEIGHTS_PREFIX))
+        with open(os.path.join(folder, storage.STATE_FILE)) as f:
             state = json.load(f)
         if summaries_dir:
-            shutil.unpack_archive(os.path.join(folder, SUMMARIES), summaries_dir)
+            shutil.unpack_archive(os.path.join(folder, storage.SUMMARIES), summaries_dir)
     return state["epoch"], state["history"]
-
-
-def history_csv(history: list[dict]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=HISTORY_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(history)
-    return out.getvalue()
-
-
-class EpochReporter(tf.keras.callbacks.Callback):
-    """Per epoch: with `ray_train`, metrics to Ray Train (and so the dashboard) and a
-    checkpoint when due; on rank 0, one console line, the metrics history and TensorBoard.
-
-    The run's metrics.csv and TensorBoard folder always match the history up to the last
-    epoch: when training resumes from a checkpoint, both are rewritten to the checkpoint's
-    epochs before training goes on, so every epoch appears exactly once."""
-
-    def __init__(self, config: Config, run: str, history: list[dict], train_examples: int, test_table,
-                 ray_train: bool, readouts: tf.keras.Model | None, summaries_dir: str | None):
-        """`readouts` (the QCNN's quantum part) and `summaries_dir` are given on rank 0 only."""
-        super().__init__()
-        self.config, self.run, self.history, self.ray_train = config, run, history, ray_train
-        self.train_examples, self.readouts, self.is_chief = train_examples, readouts, readouts is not None
-        if self.is_chief:
-            self.test_circuits = tf.constant(test_table.column("circuit").to_pylist(), dtype=tf.string)
-            self.summaries_dir = summaries_dir
-            self.summaries = tf.summary.create_file_writer(summaries_dir)
-
-    def on_train_begin(self, logs=None):
-        if self.is_chief:
-            self.publish_logs()
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.started = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        seconds = time.perf_counter() - self.started
-        row = {key: float(logs[key]) for key in HISTORY_FIELDS[1:5]}
-        row = {"epoch": epoch + 1, **row, "epoch_seconds": seconds,
-               "circuits_per_second": self.train_examples / seconds, "finished_at": round(time.time(), 3)}
-        self.history.append(row)
-        if self.is_chief:
-            self.log(row)
-        if not self.ray_train:
-            return
-        due = row["epoch"] % self.config.checkpoint_every == 0 or row["epoch"] == self.config.epochs
-        if not due:
-            ray.train.report(row)
-            return
-        with tempfile.TemporaryDirectory() as folder:
-            self.model.save_weights(os.path.join(folder, WEIGHTS_PREFIX))
-            with open(os.path.join(folder, STATE_FILE), "w") as f:
-                json.dump({"epoch": row["epoch"], "history": self.history}, f)
-            checkpoint = None
-            if self.is_chief:
-                shutil.make_archive(os.path.join(folder, SUMMARIES.removesuffix(".zip")), "zip", self.summaries_dir)
-                checkpoint = ray.train.Checkpoint.from_directory(folder)
-            ray.train.report(row, checkpoint=checkpoint, checkpoint_dir_name=storage.checkpoint_name(row["epoch"]))
-
-    def log(self, row: dict) -> None:
-        # Straight to stdout, which Ray forwards to the driver (print is re-routed to logging).
-        sys.stdout.write(
-            f"epoch {row['epoch']}/{self.config.epochs}  loss {row['loss']:.4f}  accuracy {row['accuracy']:.3f}  "
-            f"val_loss {row['val_loss']:.4f}  val_accuracy {row['val_accuracy']:.3f}  "
-            f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.0f} circuits/s\n"
-        )
-        sys.stdout.flush()
-        with self.summaries.as_default(step=row["epoch"]):
-            for key, value in row.items():
-                if key not in ("epoch", "finished_at"):
-                    tf.summary.scalar(key, value)
-            tf.summary.histogram("qcnn_readout", self.readouts(self.test_circuits))
-        self.summaries.flush()
-        self.publish_logs()
-
-    def publish_logs(self) -> None:
-        """The run's metrics.csv and TensorBoard folder made to match the history."""
-        storage.write_text(storage.join(self.run, storage.HISTORY), history_csv(self.history))
-        storage.mirror(self.summaries_dir, storage.join(self.run, storage.TENSORBOARD))
-
-
-class StepProfiler(tf.keras.callbacks.Callback):
-    """Traces training steps `first..last` (counted from 1 in this training, across epochs) with
-    the TF profiler into `logdir`, where TensorBoard's Profile tab finds it. A trace still open
-    when the last epoch ends is closed then, so the epoch's log publishing includes it."""
-
-    def __init__(self, steps: tuple[int, int], logdir: str):
-        super().__init__()
-        (self.first, self.last), self.logdir, self.step, self.tracing = steps, logdir, 0, False
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.step += 1
-        if self.step == self.first:
-            try:
-                tf.profiler.experimental.start(self.logdir)
-                self.tracing = True
-            except tf.errors.OpError as err:  # e.g. an on-demand capture is running
-                sys.stdout.write(f"profile_steps: no trace, the profiler is busy: {err.message}\n")
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.tracing and self.step == self.last:
-            self.stop()
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.tracing and epoch + 1 == self.params["epochs"]:
-            self.stop()
-
-    def stop(self) -> None:
-        tf.profiler.experimental.stop()
-        self.tracing = False
-
-
-class Timings(tf.keras.callbacks.Callback):
-    """For the benchmark: when the first training step started (Unix time), each epoch's
-    seconds and the process's peak memory, written as JSON to `path` when training ends."""
-
-    def __init__(self, path: str):
-        super().__init__()
-        self.path, self.first_step_at, self.epoch_seconds = path, None, []
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.first_step_at is None:
-            self.first_step_at = time.time()
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.started = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.epoch_seconds.append(time.perf_counter() - self.started)
-
-    def on_train_end(self, logs=None):
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-        with open(self.path, "w") as f:
-            json.dump({"first_step_at": self.first_step_at, "epoch_seconds": self.epoch_seconds,
-                       "peak_memory_mb": peak_mb}, f)

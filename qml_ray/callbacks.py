@@ -1,0 +1,208 @@
+"""The Keras callbacks of a worker's training, one concern each.
+
+Keras calls callbacks in list order, and each per-epoch one reads what those before it
+recorded: EpochClock times the epoch, MetricsHistory makes the epoch's row from that and
+Keras's metrics, then on rank 0 ConsoleLine prints the row, TensorBoardLog writes it to
+the TensorBoard logs and RunLogs publishes metrics.csv and those logs to the run folder,
+and under Ray Train RayReport reports it, with a checkpoint when one is due. StepProfiler
+(rank 0, before the others) and Timings (the benchmark's, last) stand apart.
+"""
+
+import csv
+import io
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+
+import ray.train
+import tensorflow as tf
+
+from qml_ray import storage
+from qml_ray.config import Config
+
+HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second",
+                  "finished_at")  # finished_at: Unix time, so restarts show as gaps
+
+
+class EpochClock(tf.keras.callbacks.Callback):
+    """Timing: the seconds the last epoch took, and the Unix time it ended."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds = time.perf_counter() - self.started
+        self.finished_at = round(time.time(), 3)
+
+
+class MetricsHistory(tf.keras.callbacks.Callback):
+    """The history: each epoch's row of HISTORY_FIELDS appended to `rows`, which start with the
+    epochs trained before (restored from a checkpoint)."""
+
+    def __init__(self, rows: list[dict], clock: EpochClock, train_examples: int):
+        super().__init__()
+        self.rows, self.clock, self.train_examples = rows, clock, train_examples
+
+    def on_epoch_end(self, epoch, logs=None):
+        metrics = {key: float(logs[key]) for key in HISTORY_FIELDS[1:5]}
+        self.rows.append({"epoch": epoch + 1, **metrics, "epoch_seconds": self.clock.seconds,
+                          "circuits_per_second": self.train_examples / self.clock.seconds,
+                          "finished_at": self.clock.finished_at})
+
+    @property
+    def latest(self) -> dict:
+        return self.rows[-1]
+
+
+class ConsoleLine(tf.keras.callbacks.Callback):
+    """One line per epoch on stdout, which Ray forwards to the driver."""
+
+    def __init__(self, history: MetricsHistory, epochs: int):
+        super().__init__()
+        self.history, self.epochs = history, epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        row = self.history.latest
+        # Straight to stdout: Ray re-routes print to logging.
+        sys.stdout.write(
+            f"epoch {row['epoch']}/{self.epochs}  loss {row['loss']:.4f}  accuracy {row['accuracy']:.3f}  "
+            f"val_loss {row['val_loss']:.4f}  val_accuracy {row['val_accuracy']:.3f}  "
+            f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.0f} circuits/s\n"
+        )
+        sys.stdout.flush()
+
+
+class TensorBoardLog(tf.keras.callbacks.Callback):
+    """Per epoch, into the TensorBoard logs at `logdir`: the row's metrics as scalars, and a
+    histogram of the QCNN's readouts (`readouts`, its quantum part) on the test circuits."""
+
+    def __init__(self, history: MetricsHistory, logdir: str, readouts: tf.keras.Model, test_table):
+        super().__init__()
+        self.history, self.readouts = history, readouts
+        self.test_circuits = tf.constant(test_table.column("circuit").to_pylist(), dtype=tf.string)
+        self.writer = tf.summary.create_file_writer(logdir)
+
+    def on_epoch_end(self, epoch, logs=None):
+        row = self.history.latest
+        with self.writer.as_default(step=row["epoch"]):
+            for key, value in row.items():
+                if key not in ("epoch", "finished_at"):
+                    tf.summary.scalar(key, value)
+            tf.summary.histogram("qcnn_readout", self.readouts(self.test_circuits))
+        self.writer.flush()
+
+
+class RunLogs(tf.keras.callbacks.Callback):
+    """Publishing: the run's metrics.csv and TensorBoard folder made to match the history and
+    the logs at `logdir` when training starts and after every epoch. So when training resumes
+    from a checkpoint, both are first rewritten to its epochs: every epoch appears once."""
+
+    def __init__(self, history: MetricsHistory, run: str, logdir: str):
+        super().__init__()
+        self.history, self.run, self.logdir = history, run, logdir
+
+    def on_train_begin(self, logs=None):
+        self.publish()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.publish()
+
+    def publish(self) -> None:
+        storage.write_text(storage.join(self.run, storage.HISTORY), history_csv(self.history.rows))
+        storage.mirror(self.logdir, storage.join(self.run, storage.TENSORBOARD))
+
+
+def history_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=HISTORY_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+class RayReport(tf.keras.callbacks.Callback):
+    """Ray Train: each epoch's row reported (and so shown by the dashboard), with a checkpoint
+    every `checkpoint_every` epochs and at the last. Every rank saves its weights, optimizer
+    state and history (Keras synchronises metric variables while saving under the strategy);
+    rank 0, the one given its TensorBoard `logdir`, adds those logs and hands its checkpoint
+    to Ray Train."""
+
+    def __init__(self, history: MetricsHistory, config: Config, logdir: str | None):
+        super().__init__()
+        self.history, self.config, self.logdir = history, config, logdir
+
+    def on_epoch_end(self, epoch, logs=None):
+        row = self.history.latest
+        due = row["epoch"] % self.config.checkpoint_every == 0 or row["epoch"] == self.config.epochs
+        if not due:
+            ray.train.report(row)
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            self.model.save_weights(os.path.join(folder, storage.WEIGHTS_PREFIX))
+            with open(os.path.join(folder, storage.STATE_FILE), "w") as f:
+                json.dump({"epoch": row["epoch"], "history": self.history.rows}, f)
+            checkpoint = None
+            if self.logdir:
+                shutil.make_archive(os.path.join(folder, storage.SUMMARIES.removesuffix(".zip")), "zip", self.logdir)
+                checkpoint = ray.train.Checkpoint.from_directory(folder)
+            ray.train.report(row, checkpoint=checkpoint, checkpoint_dir_name=storage.checkpoint_name(row["epoch"]))
+
+
+class StepProfiler(tf.keras.callbacks.Callback):
+    """Traces training steps `first..last` (counted from 1 in this training, across epochs) with
+    the TF profiler into `logdir`, where TensorBoard's Profile tab finds it. A trace still open
+    when the last epoch ends is closed then, so the epoch's log publishing includes it."""
+
+    def __init__(self, steps: tuple[int, int], logdir: str):
+        super().__init__()
+        (self.first, self.last), self.logdir, self.step, self.tracing = steps, logdir, 0, False
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.step += 1
+        if self.step == self.first:
+            try:
+                tf.profiler.experimental.start(self.logdir)
+                self.tracing = True
+            except tf.errors.OpError as err:  # e.g. an on-demand capture is running
+                sys.stdout.write(f"profile_steps: no trace, the profiler is busy: {err.message}\n")
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.tracing and self.step == self.last:
+            self.stop()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.tracing and epoch + 1 == self.params["epochs"]:
+            self.stop()
+
+    def stop(self) -> None:
+        tf.profiler.experimental.stop()
+        self.tracing = False
+
+
+class Timings(tf.keras.callbacks.Callback):
+    """For the benchmark: when the first training step started (Unix time), each epoch's
+    seconds and the process's peak memory, written as JSON to `path` when training ends."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path, self.first_step_at, self.epoch_seconds = path, None, []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_seconds.append(time.perf_counter() - self.started)
+
+    def on_train_end(self, logs=None):
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+        with open(self.path, "w") as f:
+            json.dump({"first_step_at": self.first_step_at, "epoch_seconds": self.epoch_seconds,
+                       "peak_memory_mb": peak_mb}, f)
