@@ -24,8 +24,16 @@ import tensorflow as tf
 from qml_ray import storage
 from qml_ray.config import Config
 
-HISTORY_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "circuits_per_second",
-                  "finished_at")  # finished_at: Unix time, so restarts show as gaps
+HISTORY_FIELDS = (
+    "epoch",
+    "loss",
+    "accuracy",
+    "val_loss",
+    "val_accuracy",
+    "epoch_seconds",
+    "circuits_per_second",
+    "finished_at",
+)  # finished_at: Unix time, so restarts show as gaps
 
 
 class EpochClock(tf.keras.callbacks.Callback):
@@ -49,9 +57,15 @@ class MetricsHistory(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         metrics = {key: float(logs[key]) for key in HISTORY_FIELDS[1:5]}
-        self.rows.append({"epoch": epoch + 1, **metrics, "epoch_seconds": self.clock.seconds,
-                          "circuits_per_second": self.train_examples / self.clock.seconds,
-                          "finished_at": self.clock.finished_at})
+        self.rows.append(
+            {
+                "epoch": epoch + 1,
+                **metrics,
+                "epoch_seconds": self.clock.seconds,
+                "circuits_per_second": self.train_examples / self.clock.seconds,
+                "finished_at": self.clock.finished_at,
+            }
+        )
 
     @property
     def latest(self) -> dict:
@@ -204,5 +218,6 @@ class Timings(tf.keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
         with open(self.path, "w") as f:
-            json.dump({"first_step_at": self.first_step_at, "epoch_seconds": self.epoch_seconds,
-                       "peak_memory_mb": peak_mb}, f)
+            json.dump(
+                {"first_step_at": self.first_step_at, "epoch_seconds": self.epoch_seconds, "peak_memory_mb": peak_mb}, f
+            )

@@ -19,12 +19,19 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """--config, and a flag for every config key (--cpus-per-worker for cpus_per_worker, ...)."""
-    parser.add_argument("--config", metavar="YAML", help="config file; the keys it leaves out take the built-in defaults")
+    parser.add_argument(
+        "--config", metavar="YAML", help="config file; the keys it leaves out take the built-in defaults"
+    )
     keys = parser.add_argument_group(
-        "config keys", "each flag sets the key of its name (--cpus-per-worker: cpus_per_worker) over the config file")
+        "config keys", "each flag sets the key of its name (--cpus-per-worker: cpus_per_worker) over the config file"
+    )
     for key, field in config_lib.FIELDS.items():
-        keys.add_argument(flag(key), dest=key, metavar=_metavar(key),
-                          help=f"{config_lib.doc(key)} [default: {_shown(field.default)}]".replace("%", "%%"))
+        keys.add_argument(
+            flag(key),
+            dest=key,
+            metavar=_metavar(key),
+            help=f"{config_lib.doc(key)} [default: {_shown(field.default)}]".replace("%", "%%"),
+        )
 
 
 def flag(key: str) -> str:

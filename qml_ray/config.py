@@ -27,23 +27,37 @@ class Config:
     epochs: int = _key(50, "passes over the training examples")
     batch_size: int = _key(32, "examples per step on each worker; the global batch is batch_size x workers")
     learning_rate: float = _key(0.02, "Adam's learning rate")
-    hidden_activation: str = _key("linear", "activation of the Dense(8) layer between the quantum readouts and "
-                                            "the output: linear (the tutorial's model) or relu")
-    differentiator: str = _key("auto", "quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's "
-                                       "Adjoint), or auto: block from 14 qubits, where it was measured faster")
+    hidden_activation: str = _key(
+        "linear",
+        "activation of the Dense(8) layer between the quantum readouts and "
+        "the output: linear (the tutorial's model) or relu",
+    )
+    differentiator: str = _key(
+        "auto",
+        "quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's "
+        "Adjoint), or auto: block from 14 qubits, where it was measured faster",
+    )
     workers: int = _key(1, "Ray Train workers, one MultiWorkerMirroredStrategy replica each")
     cpus_per_worker: int = _key(1, "Ray CPUs per worker; also sizes its TensorFlow thread pools")
     checkpoint_every: int = _key(5, "epochs between checkpoints (the last epoch always is one)")
     max_failures: int = _key(3, "times Ray Train restarts the workers from the last checkpoint after a failure")
-    capacity_timeout: int = _key(0, "seconds to wait for the cluster to grow to the workers (autoscaling); "
-                                    "0 fails at once")
+    capacity_timeout: int = _key(
+        0, "seconds to wait for the cluster to grow to the workers (autoscaling); 0 fails at once"
+    )
     storage: str = _key("runs", "where the run folders live: a local folder or gs://BUCKET/PREFIX")
-    size_thread_pools: bool = _key(True, "size each worker's TensorFlow thread pools to its CPUs "
-                                         "(false: TensorFlow's defaults, every core of the machine)")
-    profile_steps: str = _key("", "START,STOP (or one STEP): trace these training steps, counted from 1, "
-                                  "into rank 0's TensorBoard logs; empty: off")
-    profiler_port: int = _key(0, "on-demand TensorFlow profiler server on each worker at this port + its "
-                                 "local rank; 0: off")
+    size_thread_pools: bool = _key(
+        True,
+        "size each worker's TensorFlow thread pools to its CPUs "
+        "(false: TensorFlow's defaults, every core of the machine)",
+    )
+    profile_steps: str = _key(
+        "",
+        "START,STOP (or one STEP): trace these training steps, counted from 1, "
+        "into rank 0's TensorBoard logs; empty: off",
+    )
+    profiler_port: int = _key(
+        0, "on-demand TensorFlow profiler server on each worker at this port + its local rank; 0: off"
+    )
 
     def validate(self) -> "Config":
         """Return self, or raise UsageError naming the first bad value."""
@@ -63,8 +77,10 @@ class Config:
         _require(bool(self.storage), "storage must not be empty")
         self.profile_range()
         top = 65535 - self.workers  # room for port + local rank
-        _require(self.profiler_port == 0 or 1024 <= self.profiler_port <= top,
-                 f"profiler_port must be 0 (off) or 1024..{top}")
+        _require(
+            self.profiler_port == 0 or 1024 <= self.profiler_port <= top,
+            f"profiler_port must be 0 (off) or 1024..{top}",
+        )
         storage.check_location(self.storage)
         return self
 
@@ -76,8 +92,10 @@ class Config:
             steps = [int(step) for step in self.profile_steps.split(",")]
         except ValueError:
             steps = []
-        _require(len(steps) in (1, 2) and 1 <= steps[0] <= steps[-1],
-                 f"profile_steps must be START,STOP (1 <= START <= STOP) or one step, got {self.profile_steps!r}")
+        _require(
+            len(steps) in (1, 2) and 1 <= steps[0] <= steps[-1],
+            f"profile_steps must be START,STOP (1 <= START <= STOP) or one step, got {self.profile_steps!r}",
+        )
         return steps[0], steps[-1]
 
     def replace(self, **changes) -> "Config":
@@ -151,8 +169,10 @@ def _coerce(key: str, value):
         value = _from_text(value, kind)
     elif isinstance(value, int) and not isinstance(value, bool) and kind in (float, str):
         value = kind(value)
-    _require(isinstance(value, kind) and isinstance(value, bool) == (kind is bool),
-             f"{key} must be {_KIND_NAMES[kind]}, got {value!r}")
+    _require(
+        isinstance(value, kind) and isinstance(value, bool) == (kind is bool),
+        f"{key} must be {_KIND_NAMES[kind]}, got {value!r}",
+    )
     return value
 
 

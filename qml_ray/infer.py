@@ -14,14 +14,16 @@ import numpy as np
 from qml_ray import cli, config as config_lib, runtime, storage
 from qml_ray.errors import UsageError
 
+
 def parse_args(argv=None):
     parser = cli.ArgumentParser(
         prog="python -m qml_ray.infer",
         description="Batch inference over a trained run's weights with Ray Data.",
     )
     parser.add_argument("--run", required=True, help="the run folder, e.g. runs/20260101-120000")
-    parser.add_argument("--data", metavar="PARQUET",
-                        help="Parquet with a 'circuit' column (default: the run's test split)")
+    parser.add_argument(
+        "--data", metavar="PARQUET", help="Parquet with a 'circuit' column (default: the run's test split)"
+    )
     parser.add_argument("--actors", type=int, default=1, metavar="N", help="model-holding actors (default: 1)")
     parser.add_argument("--batch-size", type=int, default=64, metavar="N", help="circuits per batch (default: 64)")
     cli.add_address_flag(parser)
@@ -102,8 +104,13 @@ def main(argv=None) -> None:
         raise UsageError(f"no data at {data_path}")
     runtime.connect(args.address)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-    runtime.require_capacity(args.actors + 1, 1, "inference actor(s) plus one CPU for Ray Data's reads",
-                             "lower --actors", config_lib.of_run(run).capacity_timeout)
+    runtime.require_capacity(
+        args.actors + 1,
+        1,
+        "inference actor(s) plus one CPU for Ray Data's reads",
+        "lower --actors",
+        config_lib.of_run(run).capacity_timeout,
+    )
     predictions = predict(run, data_path, args.actors, args.batch_size)
     out = write_predictions(predictions, run)
     table = predictions.to_pandas()
@@ -111,7 +118,7 @@ def main(argv=None) -> None:
     if "label" in table:
         errors = table["prediction"] - table["label"]
         accuracy = np.mean(np.where(table["prediction"] >= 0, 1.0, -1.0) == table["label"])
-        print(f"mse {np.mean(errors ** 2):.4f}  accuracy {accuracy:.3f}")
+        print(f"mse {np.mean(errors**2):.4f}  accuracy {accuracy:.3f}")
 
 
 if __name__ == "__main__":

@@ -137,8 +137,9 @@ def build_model(config: Config) -> tf.keras.Model:
     model_circuit, readout_qubits = qcnn_circuit(qubits, config.layers)
     excitations = tf.keras.Input(shape=(), dtype=tf.string, name="circuit")
     prepared = tfq.layers.AddCircuit()(excitations, prepend=cluster_state_circuit(qubits))
-    readouts = tfq.layers.PQC(model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn",
-                              differentiator=differentiator(config))(prepared)
+    readouts = tfq.layers.PQC(
+        model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn", differentiator=differentiator(config)
+    )(prepared)
     hidden = tf.keras.layers.Dense(8, activation=config.hidden_activation, name="dense_hidden")(readouts)
     output = tf.keras.layers.Dense(1, name="dense_output")(hidden)
     model = tf.keras.Model(inputs=excitations, outputs=output, name="hybrid_qcnn")

@@ -20,8 +20,12 @@ def job_env() -> dict:
     TensorFlow is imported (TFQ needs it), Ray Train's poll interval, and the driver's Cloud
     Storage emulator and benchmark timings folder, if set."""
     passed = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST", TIMINGS_ENV) if key in os.environ}
-    return {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3",
-            REPORT_POLL_ENV: os.environ.get(REPORT_POLL_ENV, REPORT_POLL_SECONDS), **passed}
+    return {
+        "TF_USE_LEGACY_KERAS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        REPORT_POLL_ENV: os.environ.get(REPORT_POLL_ENV, REPORT_POLL_SECONDS),
+        **passed,
+    }
 
 
 def connect(address: str | None) -> None:
@@ -39,9 +43,7 @@ def connect(address: str | None) -> None:
 
 def placeable_workers(cpus_per_worker: int) -> int:
     """How many workers of `cpus_per_worker` CPUs the live nodes can hold at once."""
-    return sum(
-        int(node["Resources"].get("CPU", 0) // cpus_per_worker) for node in ray.nodes() if node["Alive"]
-    )
+    return sum(int(node["Resources"].get("CPU", 0) // cpus_per_worker) for node in ray.nodes() if node["Alive"])
 
 
 def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout: float = 0) -> None:

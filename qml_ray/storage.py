@@ -52,7 +52,7 @@ def is_gcs(path: str) -> bool:
 def check_location(location: str) -> None:
     """Raise UsageError unless `location` is a local path or gs://BUCKET[/PREFIX]."""
     if is_gcs(location):
-        bucket = location[len(GCS_PREFIX):].split("/", 1)[0]
+        bucket = location[len(GCS_PREFIX) :].split("/", 1)[0]
         if not _BUCKET_NAME.match(bucket):
             raise UsageError(f"malformed Cloud Storage location {location!r}: expected gs://BUCKET[/PREFIX]")
     elif "://" in location or location.startswith("gs:"):
@@ -95,7 +95,9 @@ def exists(path: str) -> bool:
         return os.path.exists(path)
     bucket, name = _split(path)
     is_file = _gcs(lambda: _blob(path).exists(**_limits()), path)
-    return is_file or _gcs(lambda: any(_client().list_blobs(bucket, prefix=name + "/", max_results=1, **_limits())), path)
+    return is_file or _gcs(
+        lambda: any(_client().list_blobs(bucket, prefix=name + "/", max_results=1, **_limits())), path
+    )
 
 
 def read_bytes(path: str) -> bytes:
@@ -144,7 +146,7 @@ def list_files(folder: str) -> list[str]:
         return sorted(file.relative_to(root).as_posix() for file in root.rglob("*") if file.is_file())
     bucket, prefix = _split(folder)
     blobs = _gcs(lambda: list(_client().list_blobs(bucket, prefix=prefix + "/", **_limits())), folder)
-    return sorted(blob.name[len(prefix) + 1:] for blob in blobs)
+    return sorted(blob.name[len(prefix) + 1 :] for blob in blobs)
 
 
 def mirror(local_dir: str, dest: str) -> None:
@@ -215,10 +217,11 @@ def pyarrow_filesystem(path: str):
         fs = GcsFileSystem(anonymous=True, scheme=scheme or "http", endpoint_override=host, retry_time_limit=limit)
     else:
         fs = GcsFileSystem(retry_time_limit=limit)
-    return fs, path[len(GCS_PREFIX):]
+    return fs, path[len(GCS_PREFIX) :]
 
 
 # Cloud Storage plumbing.
+
 
 @functools.cache
 def _limits() -> dict:
@@ -236,12 +239,14 @@ def _client():
     try:
         return gcs.Client()
     except DefaultCredentialsError:
-        raise UsageError("no Google Cloud credentials: run `gcloud auth application-default login`, "
-                         "or on GKE give the pods a Workload Identity service account") from None
+        raise UsageError(
+            "no Google Cloud credentials: run `gcloud auth application-default login`, "
+            "or on GKE give the pods a Workload Identity service account"
+        ) from None
 
 
 def _split(path: str) -> tuple[str, str]:
-    bucket, _, name = path[len(GCS_PREFIX):].partition("/")
+    bucket, _, name = path[len(GCS_PREFIX) :].partition("/")
     return bucket, name.rstrip("/")
 
 

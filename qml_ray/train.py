@@ -29,9 +29,12 @@ def parse_args(argv=None):
     )
     cli.add_config_flags(parser)
     parser.add_argument("--name", help="run name (default: a timestamp); the run folder is <storage>/<name>")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue run --name from its latest checkpoint to the configured epochs, "
-                             "or start it if it does not exist yet (so a rerun after a crash continues)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue run --name from its latest checkpoint to the configured epochs, "
+        "or start it if it does not exist yet (so a rerun after a crash continues)",
+    )
     cli.add_address_flag(parser)
     return parser.parse_args(argv)
 
@@ -51,8 +54,9 @@ def resolve_run(args) -> tuple[config_lib.Config, str, bool]:
         print(f"no run at {run} yet: starting it", flush=True)
         return requested, run, False
     stored = config_lib.of_run(run)
-    resumed = requested if args.config else config_lib.from_mapping(
-        {**config_lib.asdict(stored), **cli.overrides(args)})
+    resumed = (
+        requested if args.config else config_lib.from_mapping({**config_lib.asdict(stored), **cli.overrides(args)})
+    )
     changed = [key for key in FIXED_ON_RESUME if getattr(resumed, key) != getattr(stored, key)]
     if changed:
         raise UsageError(f"cannot resume {run} with another {', '.join(changed)}: they define its data and model")
@@ -93,22 +97,25 @@ def fit(config: config_lib.Config, run: str):
 
     from qml_ray.worker import train_worker
 
-    os.environ.update({  # read by Ray Train in this process, and passed on to its controller
-        STATE_TRACKING_ENV: "1",  # the run and its attempts in the dashboard's Train view
-        START_TIMEOUT_ENV: str(replacement_wait(config)),
-    })
+    os.environ.update(
+        {  # read by Ray Train in this process, and passed on to its controller
+            STATE_TRACKING_ENV: "1",  # the run and its attempts in the dashboard's Train view
+            START_TIMEOUT_ENV: str(replacement_wait(config)),
+        }
+    )
     filesystem, path = storage.pyarrow_filesystem(run)
     trainer = TensorflowTrainer(
         train_worker,
         train_loop_config={"config": config_lib.asdict(config), "run": run},
-        scaling_config=ScalingConfig(num_workers=config.workers,
-                                     resources_per_worker={"CPU": config.cpus_per_worker}),
-        run_config=RunConfig(name=storage.CHECKPOINTS, storage_path=path, storage_filesystem=filesystem,
-                             failure_config=FailureConfig(max_failures=config.max_failures,
-                                                          controller_failure_limit=0),
-                             logging_config=LoggingConfig(log_level="WARNING"),
-                             worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker,
-                                                                                config.size_thread_pools)}),
+        scaling_config=ScalingConfig(num_workers=config.workers, resources_per_worker={"CPU": config.cpus_per_worker}),
+        run_config=RunConfig(
+            name=storage.CHECKPOINTS,
+            storage_path=path,
+            storage_filesystem=filesystem,
+            failure_config=FailureConfig(max_failures=config.max_failures, controller_failure_limit=0),
+            logging_config=LoggingConfig(log_level="WARNING"),
+            worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker, config.size_thread_pools)},
+        ),
     )
     return trainer.fit()
 
@@ -119,8 +126,10 @@ def failure_message(err: Exception, config: config_lib.Config) -> str:
 
     reason = err
     if isinstance(getattr(err, "controller_failure", None), WorkerGroupStartupTimeoutError):
-        reason = (f"the cluster could not place all {config.workers} workers ({config.cpus_per_worker} CPU(s) each) "
-                  f"within {replacement_wait(config):.0f} s: add nodes, raise --capacity-timeout or lower --workers")
+        reason = (
+            f"the cluster could not place all {config.workers} workers ({config.cpus_per_worker} CPU(s) each) "
+            f"within {replacement_wait(config):.0f} s: add nodes, raise --capacity-timeout or lower --workers"
+        )
     return one_line(f"training failed: {reason}")
 
 
@@ -138,12 +147,20 @@ def main(argv=None) -> None:
     config, run, resuming = resolve_run(args)
     done = published_epochs(run) if resuming else 0
     if done >= config.epochs:  # e.g. a job retried after it finished
-        print(f"run {run} has already trained {done} epochs: its weights are in "
-              f"{storage.join(run, storage.WEIGHTS)} (raise --epochs to train on)", flush=True)
+        print(
+            f"run {run} has already trained {done} epochs: its weights are in "
+            f"{storage.join(run, storage.WEIGHTS)} (raise --epochs to train on)",
+            flush=True,
+        )
         return
     runtime.connect(args.address)
-    runtime.require_capacity(config.workers, config.cpus_per_worker, "training workers",
-                             "lower --workers or --cpus-per-worker", config.capacity_timeout)
+    runtime.require_capacity(
+        config.workers,
+        config.cpus_per_worker,
+        "training workers",
+        "lower --workers or --cpus-per-worker",
+        config.capacity_timeout,
+    )
     print(f"run folder: {run}", flush=True)
     prepare_run(config, run, resuming)
     from ray.train import TrainingFailedError
@@ -156,8 +173,11 @@ def main(argv=None) -> None:
         sys.exit(1)
     weights = publish_weights(result, run)
     metrics = result.metrics or {}
-    print(f"trained {config.epochs} epochs on {config.workers} worker(s): "
-          f"val_accuracy {metrics.get('val_accuracy', float('nan')):.3f}; weights in {weights}", flush=True)
+    print(
+        f"trained {config.epochs} epochs on {config.workers} worker(s): "
+        f"val_accuracy {metrics.get('val_accuracy', float('nan')):.3f}; weights in {weights}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

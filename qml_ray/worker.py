@@ -16,8 +16,16 @@ import ray.train
 import tensorflow as tf
 
 from qml_ray import runtime, storage
-from qml_ray.callbacks import (ConsoleLine, EpochClock, MetricsHistory, RayReport, RunLogs, StepProfiler,
-                               TensorBoardLog, Timings)
+from qml_ray.callbacks import (
+    ConsoleLine,
+    EpochClock,
+    MetricsHistory,
+    RayReport,
+    RunLogs,
+    StepProfiler,
+    TensorBoardLog,
+    Timings,
+)
 from qml_ray.config import Config
 
 
@@ -26,13 +34,28 @@ def train_worker(params: dict) -> None:
     config, run = Config(**params["config"]), params["run"]
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     context = ray.train.get_context()
-    train_replica(config, run, strategy, context.get_world_rank(), context.get_world_size(),
-                  ray.train.get_checkpoint(), ray_train=True, local_rank=context.get_local_rank())
+    train_replica(
+        config,
+        run,
+        strategy,
+        context.get_world_rank(),
+        context.get_world_size(),
+        ray.train.get_checkpoint(),
+        ray_train=True,
+        local_rank=context.get_local_rank(),
+    )
 
 
-def train_replica(config: Config, run: str, strategy: tf.distribute.Strategy, rank: int, world_size: int,
-                  checkpoint: ray.train.Checkpoint | None = None, ray_train: bool = False,
-                  local_rank: int = 0) -> None:
+def train_replica(
+    config: Config,
+    run: str,
+    strategy: tf.distribute.Strategy,
+    rank: int,
+    world_size: int,
+    checkpoint: ray.train.Checkpoint | None = None,
+    ray_train: bool = False,
+    local_rank: int = 0,
+) -> None:
     """Train this replica on its shard of the run's data, from `checkpoint` if given.
 
     Every runtime shares this: Ray Train workers (`ray_train`: report each epoch and save
@@ -70,9 +93,11 @@ def train_replica(config: Config, run: str, strategy: tf.distribute.Strategy, ra
     history = MetricsHistory(rows, clock, train_table.num_rows)
     callbacks = [clock, history]  # in this order: each callback reads what those before it recorded
     if rank == 0:
-        callbacks += [ConsoleLine(history, config.epochs),
-                      TensorBoardLog(history, summaries_dir, readout_model(model), test_table),
-                      RunLogs(history, run, summaries_dir)]
+        callbacks += [
+            ConsoleLine(history, config.epochs),
+            TensorBoardLog(history, summaries_dir, readout_model(model), test_table),
+            RunLogs(history, run, summaries_dir),
+        ]
     if ray_train:
         callbacks.append(RayReport(history, config, summaries_dir))
     profile_steps = config.profile_range()
@@ -80,12 +105,21 @@ def train_replica(config: Config, run: str, strategy: tf.distribute.Strategy, ra
         callbacks.insert(0, StepProfiler(profile_steps, summaries_dir))  # done before the logs publish
     if timings := os.environ.get(runtime.TIMINGS_ENV):
         callbacks.append(Timings(os.path.join(timings, f"rank-{rank}.json")))
-    model.fit(train_set, steps_per_epoch=train_steps, validation_data=test_set, validation_steps=test_steps,
-              epochs=config.epochs, initial_epoch=done, callbacks=callbacks, verbose=0)
+    model.fit(
+        train_set,
+        steps_per_epoch=train_steps,
+        validation_data=test_set,
+        validation_steps=test_steps,
+        epochs=config.epochs,
+        initial_epoch=done,
+        callbacks=callbacks,
+        verbose=0,
+    )
 
 
-def restore(model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None,
-            summaries_dir: str | None) -> tuple[int, list[dict]]:
+def restore(
+    model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None, summaries_dir: str | None
+) -> tuple[int, list[dict]]:
     """Load a checkpoint's weights and optimizer state, and (into `summaries_dir`, if given)
     its TensorBoard logs; return its epochs done and metrics history."""
     if checkpoint is None:

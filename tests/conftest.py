@@ -34,7 +34,11 @@ def run_command(module: str, *args: str, timeout: float = 600, env: dict | None 
     """Run `python -m qml_ray.<module> args...` and return its completed process (text output)."""
     return subprocess.run(
         [sys.executable, "-m", f"qml_ray.{module}", *map(str, args)],
-        cwd=ROOT, env=env or command_env(), capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        env=env or command_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -70,8 +74,9 @@ class LocalCluster:
     env: dict  # the environment for the script and for `ray` CLI clients
 
     def script(self, *args: str) -> str:
-        done = subprocess.run([CLUSTER_SCRIPT, *map(str, args)], env=self.env, capture_output=True, text=True,
-                              timeout=200)
+        done = subprocess.run(
+            [CLUSTER_SCRIPT, *map(str, args)], env=self.env, capture_output=True, text=True, timeout=200
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
@@ -81,8 +86,12 @@ def cluster(tmp_path_factory):
     """A head that runs no work and two worker nodes of one CPU each, like the RayCluster on
     GKE, for the tests of one module; the script stops every node it started by PID afterwards."""
     state = tmp_path_factory.mktemp("cluster")
-    env = command_env(QML_RAY_CLUSTER_DIR=str(state), RAY_PORT=str(free_port()), DASHBOARD_PORT=str(free_port()),
-                      RAY_AUTH_MODE="token")
+    env = command_env(
+        QML_RAY_CLUSTER_DIR=str(state),
+        RAY_PORT=str(free_port()),
+        DASHBOARD_PORT=str(free_port()),
+        RAY_AUTH_MODE="token",
+    )
     local = LocalCluster(f"http://127.0.0.1:{env['DASHBOARD_PORT']}", env)
 
     def started_pids() -> list[int]:
@@ -118,6 +127,6 @@ def ray_cli(env: dict, *args: str, check: bool = True) -> str:
 def submit(url: str, env: dict, *command: str, wait: bool = True) -> str:
     """`ray job submit` a qml_ray command with the project as working dir, by default waiting
     for it to end; return the job id."""
-    output = ray_cli(env, "job", "submit", "--address", url, "--working-dir", ROOT, *([] if wait else ["--no-wait"]),
-                     "--", "python", "-m", *command)
+    job = ("job", "submit", "--address", url, "--working-dir", ROOT, *([] if wait else ["--no-wait"]))
+    output = ray_cli(env, *job, "--", "python", "-m", *command)
     return re.search(r"Job '(raysubmit_\w+)' submitted successfully", output).group(1)

@@ -6,10 +6,27 @@ from qml_ray.config import FIELDS, Config
 from conftest import SMOKE, run_command
 
 # A valid value other than the default for every config key.
-CHANGED = {"qubits": 6, "layers": 2, "examples": 40, "test_fraction": 0.5, "seed": 3, "epochs": 2, "batch_size": 4,
-           "learning_rate": 0.1, "hidden_activation": "relu", "differentiator": "block", "workers": 3,
-           "cpus_per_worker": 2, "checkpoint_every": 1, "max_failures": 0, "capacity_timeout": 30,
-           "storage": "/tmp/elsewhere", "size_thread_pools": False, "profile_steps": "2,4", "profiler_port": 9430}
+CHANGED = {
+    "qubits": 6,
+    "layers": 2,
+    "examples": 40,
+    "test_fraction": 0.5,
+    "seed": 3,
+    "epochs": 2,
+    "batch_size": 4,
+    "learning_rate": 0.1,
+    "hidden_activation": "relu",
+    "differentiator": "block",
+    "workers": 3,
+    "cpus_per_worker": 2,
+    "checkpoint_every": 1,
+    "max_failures": 0,
+    "capacity_timeout": 30,
+    "storage": "/tmp/elsewhere",
+    "size_thread_pools": False,
+    "profile_steps": "2,4",
+    "profiler_port": 9430,
+}
 
 
 def parse(*argv: str) -> Config:

@@ -22,8 +22,17 @@ def test_shipped_configs_load_as_written(name):
 
 def test_tutorial_config_is_the_original_model_and_training():
     config = config_lib.load(ROOT / "configs" / "tutorial.yaml")
-    original = {"qubits": 8, "layers": 1, "examples": 160, "test_fraction": 0.3, "epochs": 50, "batch_size": 32,
-                "learning_rate": 0.02, "hidden_activation": "linear", "workers": 2}
+    original = {
+        "qubits": 8,
+        "layers": 1,
+        "examples": 160,
+        "test_fraction": 0.3,
+        "epochs": 50,
+        "batch_size": 32,
+        "learning_rate": 0.02,
+        "hidden_activation": "linear",
+        "workers": 2,
+    }
     assert {key: getattr(config, key) for key in original} == original
 
 
@@ -47,23 +56,26 @@ def test_yaml_round_trip():
     assert config_lib.from_mapping(yaml.safe_load(config.to_yaml())) == config
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"qubit": 4}, "unknown config key(s): qubit"),
-    ({"qubits": 3}, "qubits must be at least 4"),
-    ({"workers": 0}, "workers must be at least 1"),
-    ({"epochs": 0}, "epochs must be at least 1"),
-    ({"qubits": "many"}, "qubits must be a whole number, got 'many'"),
-    ({"qubits": 4.5}, "qubits must be a whole number"),
-    ({"epochs": True}, "epochs must be a whole number"),
-    ({"learning_rate": "fast"}, "learning_rate must be a number"),
-    ({"layers": 4, "qubits": 8}, "layers must be 1..3 for 8 qubits"),
-    ({"test_fraction": 1.0}, "test_fraction must be between 0 and 1"),
-    ({"size_thread_pools": "yes"}, "size_thread_pools must be true or false, got 'yes'"),
-    ({"profile_steps": "8,5"}, "profile_steps must be START,STOP (1 <= START <= STOP) or one step, got '8,5'"),
-    ({"profile_steps": "0"}, "profile_steps must be START,STOP"),
-    ({"profile_steps": "5-8"}, "profile_steps must be START,STOP"),
-    ({"profiler_port": 80}, "profiler_port must be 0 (off) or 1024..65534"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"qubit": 4}, "unknown config key(s): qubit"),
+        ({"qubits": 3}, "qubits must be at least 4"),
+        ({"workers": 0}, "workers must be at least 1"),
+        ({"epochs": 0}, "epochs must be at least 1"),
+        ({"qubits": "many"}, "qubits must be a whole number, got 'many'"),
+        ({"qubits": 4.5}, "qubits must be a whole number"),
+        ({"epochs": True}, "epochs must be a whole number"),
+        ({"learning_rate": "fast"}, "learning_rate must be a number"),
+        ({"layers": 4, "qubits": 8}, "layers must be 1..3 for 8 qubits"),
+        ({"test_fraction": 1.0}, "test_fraction must be between 0 and 1"),
+        ({"size_thread_pools": "yes"}, "size_thread_pools must be true or false, got 'yes'"),
+        ({"profile_steps": "8,5"}, "profile_steps must be START,STOP (1 <= START <= STOP) or one step, got '8,5'"),
+        ({"profile_steps": "0"}, "profile_steps must be START,STOP"),
+        ({"profile_steps": "5-8"}, "profile_steps must be START,STOP"),
+        ({"profiler_port": 80}, "profiler_port must be 0 (off) or 1024..65534"),
+    ],
+)
 def test_bad_values_are_rejected(values, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         config_lib.from_mapping(values)

@@ -32,7 +32,11 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
     assert config_lib.of_run(str(run)) == config_lib.load(SMOKE).replace(storage=str(run.parent))
     assert {p.name for p in (run / "data").iterdir()} == {"train.parquet", "test.parquet"}
     assert (run / "weights" / "qcnn.index").is_file()
-    assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004", "epoch-00006"]
+    assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == [
+        "epoch-00002",
+        "epoch-00004",
+        "epoch-00006",
+    ]
     assert (run / "weights" / "_COMPLETE").is_file() and not list(run.rglob(".tmp-*"))
 
 

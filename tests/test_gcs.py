@@ -29,13 +29,11 @@ BUCKET = "qml-ray-test"
 def gcs_server(tmp_path_factory):
     """fake-gcs-server (the binary the wrapper package ships) on 127.0.0.1, logging to a file;
     STORAGE_EMULATOR_HOST points this process and its commands at it. Stopped by its PID."""
-    url = f"http://127.0.0.1:{free_port()}"
-    log = open(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log", "w")
-    server = subprocess.Popen(
-        [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-         "-port", url.rsplit(":", 1)[1], "-external-url", url, "-log-level", "warn"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    flags = f"-scheme http -backend memory -host 127.0.0.1 -port {port} -external-url {url} -log-level warn"
+    with open(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log", "w") as log:  # the server keeps its copy
+        server = subprocess.Popen([str(_get_binary_path()), *flags.split()], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until_serving(url)
         os.environ["STORAGE_EMULATOR_HOST"] = url
@@ -45,7 +43,6 @@ def gcs_server(tmp_path_factory):
         os.environ.pop("STORAGE_EMULATOR_HOST", None)
         os.kill(server.pid, signal.SIGTERM)
         server.wait(timeout=10)
-        log.close()
 
 
 def wait_until_serving(url: str, seconds: float = 15) -> None:
@@ -61,7 +58,7 @@ def wait_until_serving(url: str, seconds: float = 15) -> None:
 
 
 def blob_names(prefix: str) -> list[str]:
-    return sorted(blob.name[len(prefix):] for blob in gcs.Client().list_blobs(BUCKET, prefix=prefix))
+    return sorted(blob.name[len(prefix) :] for blob in gcs.Client().list_blobs(BUCKET, prefix=prefix))
 
 
 @pytest.fixture(scope="session")
@@ -74,9 +71,18 @@ def gcs_run(gcs_server) -> str:
 
 def test_every_artifact_of_a_run_is_in_the_bucket(gcs_run):
     names = blob_names("runs/smoke/")
-    for expected in ["config.yaml", "data/train.parquet", "data/test.parquet", "metrics.csv",
-                     "weights/qcnn.index", "weights/qcnn.data-00000-of-00001", "weights/state.json",
-                     "weights/_COMPLETE", "checkpoints/epoch-00002/qcnn.index", "checkpoints/epoch-00006/state.json"]:
+    for expected in [
+        "config.yaml",
+        "data/train.parquet",
+        "data/test.parquet",
+        "metrics.csv",
+        "weights/qcnn.index",
+        "weights/qcnn.data-00000-of-00001",
+        "weights/state.json",
+        "weights/_COMPLETE",
+        "checkpoints/epoch-00002/qcnn.index",
+        "checkpoints/epoch-00006/state.json",
+    ]:
         assert expected in names, names
     assert any(re.fullmatch(r"tensorboard/events\.out\.tfevents\..+", n) for n in names), names
     history = pd.read_csv(io.StringIO(storage.read_text(f"{gcs_run}/metrics.csv")))
@@ -89,8 +95,8 @@ def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run):
     assert done.returncode == 0, done.stderr[-3000:]
     out = re.search(r"predictions in (\S+)", done.stdout).group(1)
     assert out.startswith(f"{gcs_run}/predictions/")
-    parts = [n for n in blob_names(out[len(f"gs://{BUCKET}/"):] + "/") if n.endswith(".parquet")]
-    assert parts and "_COMPLETE" in blob_names(out[len(f"gs://{BUCKET}/"):] + "/")
+    parts = [n for n in blob_names(out[len(f"gs://{BUCKET}/") :] + "/") if n.endswith(".parquet")]
+    assert parts and "_COMPLETE" in blob_names(out[len(f"gs://{BUCKET}/") :] + "/")
     predicted = pd.concat(storage.read_parquet(f"{out}/{p}").to_pandas() for p in parts).sort_values("id")
 
     test = storage.read_parquet(storage.split_path(gcs_run, "test"))
@@ -106,8 +112,9 @@ def test_resume_from_a_gcs_checkpoint(gcs_run):
     for name in [n for n in blob_names("runs/smoke/") if n and not n.endswith("/")]:  # no folder markers
         content = storage.read_bytes(f"{gcs_run}/{name}")
         storage.write_bytes(f"gs://{BUCKET}/runs/resumed/{name}", content)
-    done = run_command("train", "--storage", f"gs://{BUCKET}/runs", "--name", "resumed", "--resume",
-                       "--epochs", EPOCHS + 2)
+    done = run_command(
+        "train", "--storage", f"gs://{BUCKET}/runs", "--name", "resumed", "--resume", "--epochs", EPOCHS + 2
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
     history = pd.read_csv(io.StringIO(storage.read_text(f"gs://{BUCKET}/runs/resumed/metrics.csv")))
@@ -115,12 +122,15 @@ def test_resume_from_a_gcs_checkpoint(gcs_run):
     assert "checkpoints/epoch-00008/qcnn.index" in blob_names("runs/resumed/")
 
 
-@pytest.mark.parametrize("location, message", [
-    ("gs:/x", "unsupported storage 'gs:/x'"),
-    ("gs://", "malformed Cloud Storage location 'gs://'"),
-    ("s3://bucket/runs", "unsupported storage 's3://bucket/runs'"),
-    (f"gs://no-such-bucket-{BUCKET}/runs", "bucket 'no-such-bucket-qml-ray-test' does not exist"),
-])
+@pytest.mark.parametrize(
+    "location, message",
+    [
+        ("gs:/x", "unsupported storage 'gs:/x'"),
+        ("gs://", "malformed Cloud Storage location 'gs://'"),
+        ("s3://bucket/runs", "unsupported storage 's3://bucket/runs'"),
+        (f"gs://no-such-bucket-{BUCKET}/runs", "bucket 'no-such-bucket-qml-ray-test' does not exist"),
+    ],
+)
 def test_bad_storage_locations(gcs_server, location, message):
     done = run_command("train", "--config", SMOKE, "--storage", location, timeout=60)
     assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
@@ -137,9 +147,15 @@ def test_unreachable_endpoint_fails_within_seconds(gcs_server):
 
 
 def test_no_credentials(tmp_path):
-    env = command_env(STORAGE_EMULATOR_HOST=None, GOOGLE_APPLICATION_CREDENTIALS=None, HOME=str(tmp_path),
-                      CLOUDSDK_CONFIG=str(tmp_path), NO_GCE_CHECK="True", GCE_METADATA_HOST="127.0.0.1:9",
-                      GCE_METADATA_IP="127.0.0.1:9")
+    env = command_env(
+        STORAGE_EMULATOR_HOST=None,
+        GOOGLE_APPLICATION_CREDENTIALS=None,
+        HOME=str(tmp_path),
+        CLOUDSDK_CONFIG=str(tmp_path),
+        NO_GCE_CHECK="True",
+        GCE_METADATA_HOST="127.0.0.1:9",
+        GCE_METADATA_IP="127.0.0.1:9",
+    )
     done = run_command("train", "--config", SMOKE, "--storage", f"gs://{BUCKET}/runs", timeout=120, env=env)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "no Google Cloud credentials" in done.stderr.strip().splitlines()[-1]

@@ -10,8 +10,15 @@ import tensorflow as tf
 import tensorflow_quantum as tfq
 
 from qml_ray.config import Config, max_layers
-from qml_ray.model import (CONV_PARAMS, POOL_PARAMS, build_model, cluster_state_circuit, qcnn_circuit,
-                           qubits_for, two_qubit_unitary)
+from qml_ray.model import (
+    CONV_PARAMS,
+    POOL_PARAMS,
+    build_model,
+    cluster_state_circuit,
+    qcnn_circuit,
+    qubits_for,
+    two_qubit_unitary,
+)
 
 
 def symbol_counts(circuit: cirq.Circuit) -> collections.Counter:
@@ -25,7 +32,7 @@ def symbol_counts(circuit: cirq.Circuit) -> collections.Counter:
 def test_two_qubit_unitary_uses_every_symbol_exactly_once():
     symbols = sympy.symbols("s0:15")
     counts = symbol_counts(two_qubit_unitary(cirq.LineQubit.range(2), symbols))
-    assert counts == {s: 1 for s in symbols}
+    assert counts == dict.fromkeys(symbols, 1)
 
 
 @pytest.mark.parametrize("qubits, layers", [(4, 1), (5, 2), (8, 1), (8, 3), (23, 1), (23, 5)])
@@ -33,7 +40,7 @@ def test_each_layer_has_its_own_parameters(qubits, layers):
     circuit, readout = qcnn_circuit(qubits_for(Config(qubits=qubits)), layers)
     counts = symbol_counts(circuit)
     assert len(counts) == layers * (CONV_PARAMS + POOL_PARAMS)
-    names = sorted(int(str(s)[len("qcnn"):]) for s in counts)
+    names = sorted(int(str(s)[len("qcnn") :]) for s in counts)
     assert names == list(range(layers * (CONV_PARAMS + POOL_PARAMS)))
     expected_readout = qubits
     for _ in range(layers):
@@ -59,8 +66,9 @@ def test_parameter_count_and_output_shape(qubits, readouts):
     assert model(circuits).shape == (qubits, 1)
 
 
-@pytest.mark.parametrize("activation, expected", [("linear", tf.keras.activations.linear),
-                                                  ("relu", tf.keras.activations.relu)])
+@pytest.mark.parametrize(
+    "activation, expected", [("linear", tf.keras.activations.linear), ("relu", tf.keras.activations.relu)]
+)
 def test_hidden_layer_is_linear_unless_configured(activation, expected):
     model = build_model(Config(qubits=4, hidden_activation=activation))
     assert model.get_layer("dense_hidden").activation is expected
@@ -91,6 +99,8 @@ def test_pqc_expectations_equal_cirq_simulator():
     for row, excitation in zip(got, excitations):
         full = cluster_state_circuit(qubits) + excitation + cirq.resolve_parameters(circuit, resolver)
         state = simulator.simulate(full, qubit_order=qubits).final_state_vector
-        expected = [cirq.Z(q).expectation_from_state_vector(state, {q: i for i, q in enumerate(qubits)}).real
-                    for q in readout_qubits]
+        expected = [
+            cirq.Z(q).expectation_from_state_vector(state, {q: i for i, q in enumerate(qubits)}).real
+            for q in readout_qubits
+        ]
         np.testing.assert_allclose(row, expected, atol=1e-4)

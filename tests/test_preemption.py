@@ -17,12 +17,14 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from conftest import SMOKE, ray_cli, submit
 
 EPOCHS, CHECKPOINT_EVERY = 30, 3
+# The ray CLI's listing of the training workers alive.
+ALIVE_TRAINING_WORKERS = "list actors --filter class_name=RayTrainWorker --filter state=ALIVE --detail --format json"
 
 
 def train_command(storage: Path, name: str) -> tuple:
     """The smoke config, long enough to be interrupted, as the RayJob runs it (--resume)."""
-    return ("qml_ray.train", "--config", SMOKE, "--workers", 2, "--epochs", EPOCHS,
-            "--checkpoint-every", CHECKPOINT_EVERY, "--storage", storage, "--name", name, "--resume")
+    options = ("--workers", 2, "--epochs", EPOCHS, "--checkpoint-every", CHECKPOINT_EVERY)
+    return ("qml_ray.train", "--config", SMOKE, *options, "--storage", storage, "--name", name, "--resume")
 
 
 def history(run: Path) -> list[dict]:
@@ -53,8 +55,7 @@ def training_worker_raylets(cluster) -> list[int]:
     its raylet's child)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        listed = ray_cli(cluster.env, "list", "actors", "--address", cluster.url, "--filter",
-                         "class_name=RayTrainWorker", "--filter", "state=ALIVE", "--detail", "--format", "json")
+        listed = ray_cli(cluster.env, *ALIVE_TRAINING_WORKERS.split(), "--address", cluster.url)
         actors = json.loads(listed) if listed.lstrip().startswith("[") else []  # or "No resource in the cluster"
         if len(actors) == 2:
             raylets = [parent_pid(actor["pid"]) for actor in actors]
@@ -81,8 +82,9 @@ def epochs_by_attempt(logs: str) -> list[list[int]]:
 def dashboard_train_runs(cluster) -> list[dict]:
     """The Ray Train runs as the dashboard's Train view gets them (with their attempts)."""
     token = (Path.home() / ".ray" / "auth_token").read_text().strip()
-    request = urllib.request.Request(f"{cluster.url}/api/train/v2/runs/v1",
-                                     headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(
+        f"{cluster.url}/api/train/v2/runs/v1", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.load(response)["train_runs"]
 
@@ -99,9 +101,12 @@ def follow(cluster, job: str) -> str:
 def assert_every_epoch_once(run: Path) -> None:
     """metrics.csv and the TensorBoard logs hold each epoch exactly once, in order."""
     assert epochs(run) == list(range(1, EPOCHS + 1))
-    steps = [event.step for file in sorted((run / "tensorboard").glob("events.out.tfevents.*"))
-             for event in EventFileLoader(str(file)).Load()
-             if any(value.tag == "loss" for value in event.summary.value)]
+    steps = [
+        event.step
+        for file in sorted((run / "tensorboard").glob("events.out.tfevents.*"))
+        for event in EventFileLoader(str(file)).Load()
+        if any(value.tag == "loss" for value in event.summary.value)
+    ]
     assert sorted(steps) == list(range(1, EPOCHS + 1))
     assert (run / "weights" / "_COMPLETE").is_file()
 
@@ -126,9 +131,11 @@ def test_training_rides_through_the_loss_of_a_worker_node(cluster, tmp_path):
     statuses = [attempt["status"] for attempt in train_run["attempts"]]
     assert statuses[0] == "ERRORED" and statuses[-1] == "FINISHED" and train_run["status"] == "FINISHED", statuses
     resumed_after = float(history(run)[checkpoint]["finished_at"]) - killed_at  # its first epoch done
-    print(f"\nraylet killed after epoch {last_before}, first attempt's last epoch {first[-1]}, restarted from the "
-          f"epoch-{checkpoint} checkpoint, whose next epoch ended {resumed_after:.1f} s after the kill; "
-          f"{lost} epoch(s) trained twice")
+    print(
+        f"\nraylet killed after epoch {last_before}, first attempt's last epoch {first[-1]}, restarted from the "
+        f"epoch-{checkpoint} checkpoint, whose next epoch ended {resumed_after:.1f} s after the kill; "
+        f"{lost} epoch(s) trained twice"
+    )
 
 
 def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint(cluster, tmp_path):

@@ -12,11 +12,16 @@ from conftest import ROOT, SMOKE, command_env, free_port
 def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path):
     port = free_port()  # the two workers on this node serve on port and port + 1
     run = tmp_path / "profiled"
+    command = [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "20"]
+    profiling = ["--profile-steps", "2,3", "--profiler-port", str(port)]
     with open(tmp_path / "train.log", "w") as log:
         training = subprocess.Popen(
-            [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "20",
-             "--profile-steps", "2,3", "--profiler-port", str(port), "--storage", str(tmp_path), "--name", "profiled"],
-            cwd=ROOT, env=command_env(), stdout=log, stderr=subprocess.STDOUT)
+            [*command, *profiling, "--storage", str(tmp_path), "--name", run.name],
+            cwd=ROOT,
+            env=command_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         # Steps 2-3 are in epoch 1, whose end publishes the trace; the servers started before.
         while training.poll() is None and not list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb")):
