@@ -2,19 +2,23 @@
 
 The same config that drives a laptop run sizes the cluster: one Ray worker pod per
 training worker, `cpus_per_worker` CPUs each, on spot nodes; the head runs no work
-(num-cpus 0) on an on-demand node. Every pod runs as the Workload Identity service
-account, so the bucket is reached without key files.
+(num-cpus 0) on an on-demand node. Every pod that reads the bucket runs as the Workload
+Identity service account, so the bucket is reached without key files; every pod is
+restricted, and Ray asks for its token (see `hardening`).
 """
 
+import re
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import yaml
 
-from qml_ray import cli, config as config_lib
+from qml_ray import cli, config as config_lib, hardening
+from qml_ray.errors import UsageError
 
 RAY_VERSION = version("ray")
+NAMESPACE = "qml-ray"
 SERVICE_ACCOUNT = "qml-ray"
 IMAGE_HOME = "/home/ray/qml_ray"  # where cluster/Dockerfile puts the project (and its configs)
 HEAD_POOL = "ray-head"  # on-demand node pool for the Ray head and TensorBoard
@@ -25,116 +29,257 @@ INFER_DEADLINE_SECONDS = 3600
 FINISHED_TTL_SECONDS = 600
 TRAIN_JOB_RETRIES = 3  # whole-job reruns (new cluster, resumed from the checkpoints) after a failure
 MEMORY_PER_CPU_GI = 3  # 15 CPUs and 45Gi fit the allocatable share of a 16-vCPU, 64 GB node
+SUBMITTER_RESOURCES = {"cpu": "500m", "memory": "1Gi"}  # `ray job submit` and `ray job logs`
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def parse_args(argv=None):
-    parser = cli.ArgumentParser(prog="python -m qml_ray.cluster",
-                                description="Render the KubeRay manifests (GKE) for a config.")
+    parser = cli.ArgumentParser(
+        prog="python -m qml_ray.cluster", description="Render the KubeRay manifests (GKE) for a config."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     render = commands.add_parser("render", help="print the manifests as YAML")
     render.add_argument("--config", metavar="YAML", required=True, help="the run's config file")
     render.add_argument("--workers", metavar="N", help="training workers (default: the config's)")
-    render.add_argument("--image", required=True, help="the qml_ray image (see cluster/Dockerfile)")
+    render.add_argument(
+        "--image",
+        required=True,
+        help="the qml_ray image (see cluster/Dockerfile) by digest: REPOSITORY[:TAG]@sha256:DIGEST",
+    )
     render.add_argument("--bucket", required=True, help="Cloud Storage bucket for the runs")
     render.add_argument("--project", default="PROJECT_ID", help="Google Cloud project (for Workload Identity)")
+    render.add_argument("--namespace", default=NAMESPACE, help=f"Kubernetes namespace (default: {NAMESPACE})")
     render.add_argument("--name", default="qcnn", help="name of the run and prefix of the resources")
     render.add_argument("--out", metavar="DIR", help="write DIR/<resource name>.yaml files instead of printing")
     return parser.parse_args(argv)
 
 
-def pod_spec(image: str, cpus: int, node_selector: dict, container: dict) -> dict:
-    """A pod on the given nodes, as the Workload Identity service account, requests equal to limits."""
+def pod_spec(image: str, cpus: int, node_selector: dict, container: dict, volumes: tuple = ()) -> dict:
+    """A restricted pod on the given nodes, as the Workload Identity service account, requests equal to limits."""
     resources = {"cpu": str(cpus), "memory": f"{cpus * MEMORY_PER_CPU_GI}Gi"}
     spec = {
         "serviceAccountName": SERVICE_ACCOUNT,
         "nodeSelector": {**WORKLOAD_IDENTITY, **node_selector},
-        "containers": [{"image": image, "resources": {"requests": resources, "limits": resources},
-                        "env": [{"name": "TF_USE_LEGACY_KERAS", "value": "1"}], **container}],
+        "containers": [
+            hardening.container(
+                {
+                    "name": container["name"],
+                    "image": image,
+                    "resources": {"requests": resources, "limits": resources},
+                    "env": [{"name": "TF_USE_LEGACY_KERAS", "value": "1"}],
+                    **container,
+                }
+            )
+        ],
+        "volumes": list(volumes),
     }
     if node_selector == SPOT:
-        spec["tolerations"] = [{"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
-                                "effect": "NoSchedule"}]
-    return spec
+        spec["tolerations"] = [
+            {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        ]
+    return hardening.pod(spec)
 
 
-def ray_cluster_spec(image: str, cpus_per_worker: int, max_workers: int) -> dict:
-    """Head on an on-demand node (no work on it), autoscaled CPU workers on spot nodes."""
-    shm = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
-    head = pod_spec(image, 2, {"cloud.google.com/gke-nodepool": HEAD_POOL}, {
-        "name": "ray-head",
-        "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"},
-                  {"containerPort": 10001, "name": "client"}],
-    })
-    worker = pod_spec(image, cpus_per_worker, SPOT, {
-        "name": "ray-worker", "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-    })
-    worker["volumes"] = [shm]
+def template(name: str, spec: dict) -> dict:
+    """A pod template of the Ray cluster `name` (its label is what its network policy selects)."""
+    return {"metadata": {"labels": {hardening.INSTANCE: name}}, "spec": spec}
+
+
+def ray_cluster_spec(name: str, image: str, cpus_per_worker: int, max_workers: int) -> dict:
+    """Head on an on-demand node (no work on it), autoscaled CPU workers on spot nodes; Ray's
+    dashboard and job API ask for the token in the Secret KubeRay makes for the cluster."""
+    head = pod_spec(
+        image,
+        2,
+        {"cloud.google.com/gke-nodepool": HEAD_POOL},
+        {
+            "name": "ray-head",
+            "ports": [
+                {"containerPort": 6379, "name": "gcs"},
+                {"containerPort": hardening.DASHBOARD_PORT, "name": "dashboard"},
+                {"containerPort": 10001, "name": "client"},
+            ],
+        },
+        volumes=[hardening.api_token_volume()],  # mounted in the autoscaler's container only
+    )
+    worker = pod_spec(
+        image,
+        cpus_per_worker,
+        SPOT,
+        {
+            "name": "ray-worker",
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        },
+        volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    )
     return {
         "rayVersion": RAY_VERSION,
+        "authOptions": {"mode": "token"},
         "enableInTreeAutoscaling": True,
-        "autoscalerOptions": {"upscalingMode": "Default", "idleTimeoutSeconds": 120},
-        "headGroupSpec": {"rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
-                          "template": {"spec": head}},
-        "workerGroupSpecs": [{
-            "groupName": "cpu", "replicas": 0, "minReplicas": 0, "maxReplicas": max_workers,
-            "rayStartParams": {}, "template": {"spec": worker},
-        }],
+        "autoscalerOptions": {
+            "upscalingMode": "Default",
+            "idleTimeoutSeconds": 120,
+            **hardening.autoscaler_container(),
+        },
+        "headGroupSpec": {
+            "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+            "template": template(name, head),
+        },
+        "workerGroupSpecs": [
+            {
+                "groupName": "cpu",
+                "replicas": 0,
+                "minReplicas": 0,
+                "maxReplicas": max_workers,
+                "rayStartParams": {},
+                "template": template(name, worker),
+            }
+        ],
     }
 
 
 def service_account(project: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": SERVICE_ACCOUNT, "annotations": {
-                "iam.gke.io/gcp-service-account": f"{SERVICE_ACCOUNT}@{project}.iam.gserviceaccount.com"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": SERVICE_ACCOUNT,
+            "annotations": {"iam.gke.io/gcp-service-account": f"{SERVICE_ACCOUNT}@{project}.iam.gserviceaccount.com"},
+        },
+        "automountServiceAccountToken": False,
+    }
 
 
-def ray_job(name: str, entrypoint: str, cluster: dict, deadline: int, retries: int) -> dict:
-    """A RayJob that owns its cluster: made for the job, deleted after it. A failed job is
-    run again `retries` times, each time on a new cluster; a failed `ray job submit` pod
-    (not the job) is retried twice."""
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name},
-            "spec": {"entrypoint": entrypoint, "activeDeadlineSeconds": deadline, "backoffLimit": retries,
-                     "submitterConfig": {"backoffLimit": 2}, "shutdownAfterJobFinishes": True,
-                     "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS, "rayClusterSpec": cluster}}
+def submitter(name: str, image: str) -> dict:
+    """The pod that runs `ray job submit` (KubeRay adds its command and the token): restricted, and
+    with no identity of its own, Google's or Kubernetes'."""
+    resources = {"requests": SUBMITTER_RESOURCES, "limits": SUBMITTER_RESOURCES}
+    return template(
+        name,
+        hardening.pod(
+            {
+                "restartPolicy": "Never",
+                "containers": [
+                    hardening.container({"name": "ray-job-submitter", "image": image, "resources": resources})
+                ],
+            }
+        ),
+    )
+
+
+def ray_cluster(name: str, cluster: dict) -> list[dict]:
+    """A RayCluster, with its network policy."""
+    return [
+        hardening.ray_network_policy(name, job=False),
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name}, "spec": cluster},
+    ]
+
+
+def ray_job(name: str, entrypoint: str, cluster: dict, deadline: int, retries: int) -> list[dict]:
+    """A RayJob that owns its cluster (made for the job, deleted after it), with its network
+    policy. A failed job is run again `retries` times, each time on a new cluster; a failed
+    `ray job submit` pod (not the job) is retried twice."""
+    image = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    return [
+        hardening.ray_network_policy(name, job=True),
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "metadata": {"name": name},
+            "spec": {
+                "entrypoint": entrypoint,
+                "activeDeadlineSeconds": deadline,
+                "backoffLimit": retries,
+                "submitterConfig": {"backoffLimit": 2},
+                "submitterPodTemplate": submitter(name, image),
+                "shutdownAfterJobFinishes": True,
+                "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS,
+                "rayClusterSpec": cluster,
+            },
+        },
+    ]
 
 
 def tensorboard(name: str, image: str, logdir: str) -> list[dict]:
-    """TensorBoard on the run's gs:// logs, inside the cluster only (reach it with port-forward)."""
+    """TensorBoard on the run's gs:// logs, reached only through kubectl port-forward."""
     labels = {"app": f"{name}-tensorboard"}
-    spec = pod_spec(image, 1, {"cloud.google.com/gke-nodepool": HEAD_POOL}, {
-        "name": "tensorboard", "ports": [{"containerPort": 6006, "name": "http"}],
-        "command": ["tensorboard", "--logdir", logdir, "--host", "0.0.0.0", "--port", "6006"],
-    })
+    probe = {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6}
+    spec = pod_spec(
+        image,
+        1,
+        {"cloud.google.com/gke-nodepool": HEAD_POOL},
+        {
+            "name": "tensorboard",
+            "ports": [{"containerPort": 6006, "name": "http"}],
+            "command": ["tensorboard", "--logdir", logdir, "--host", "0.0.0.0", "--port", "6006"],
+            "livenessProbe": probe,
+            "readinessProbe": probe,
+        },
+    )
     return [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"{name}-tensorboard"},
-         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                  "template": {"metadata": {"labels": labels}, "spec": spec}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{name}-tensorboard"},
-         "spec": {"type": "ClusterIP", "selector": labels, "ports": [{"port": 6006, "targetPort": 6006}]}},
+        hardening.network_policy(f"{name}-tensorboard", labels),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": f"{name}-tensorboard"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": spec},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"{name}-tensorboard"},
+            "spec": {"type": "ClusterIP", "selector": labels, "ports": [{"port": 6006, "targetPort": 6006}]},
+        },
     ]
 
 
-def render(config_path: str, config: config_lib.Config, *, image: str, bucket: str, project: str,
-           name: str) -> list[dict]:
-    """Every manifest: service account, RayCluster, training and inference RayJobs, TensorBoard."""
+def in_namespace(manifest: dict, namespace: str) -> dict:
+    """The manifest of a namespaced resource, placed in `namespace`."""
+    if manifest["kind"] == "Namespace":
+        return manifest
+    metadata = manifest["metadata"]
+    return {**manifest, "metadata": {"name": metadata["name"], "namespace": namespace, **metadata}}
+
+
+def render(
+    config_path: str,
+    config: config_lib.Config,
+    *,
+    image: str,
+    bucket: str,
+    project: str,
+    name: str,
+    namespace: str = NAMESPACE,
+) -> list[dict]:
+    """Every manifest: namespace, service account, RayCluster, training and inference RayJobs,
+    TensorBoard, each Ray cluster and TensorBoard with its network policy."""
     storage = f"gs://{bucket}/runs"
     run = f"{storage}/{name}"
-    cluster = ray_cluster_spec(image, config.cpus_per_worker, config.workers)
     infer_workers = max(1, config.workers // 8)
+    specs = {
+        part: ray_cluster_spec(f"{name}-{part}", image, config.cpus_per_worker, workers)
+        for part, workers in [("cluster", config.workers), ("train", config.workers), ("infer", infer_workers)]
+    }
     actors = max(1, infer_workers * config.cpus_per_worker - 1)  # one CPU stays free for Ray Data's reads
     # --resume: a retried job continues the run from its checkpoints (or starts it, the first time).
-    train = (f"python -m qml_ray.train --config {IMAGE_HOME}/{config_path} --workers {config.workers} "
-             f"--storage {storage} --name {name} --resume")
+    train = (
+        f"python -m qml_ray.train --config {IMAGE_HOME}/{config_path} --workers {config.workers} "
+        f"--storage {storage} --name {name} --resume"
+    )
     infer = f"python -m qml_ray.infer --run {run} --actors {actors}"
-    return [
+    manifests = [
+        hardening.namespace(namespace),
         service_account(project),
-        {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": f"{name}-cluster"},
-         "spec": cluster},
-        ray_job(f"{name}-train", train, cluster, TRAIN_DEADLINE_SECONDS, TRAIN_JOB_RETRIES),
-        ray_job(f"{name}-infer", infer, ray_cluster_spec(image, config.cpus_per_worker, infer_workers),
-                INFER_DEADLINE_SECONDS, 0),
+        *ray_cluster(f"{name}-cluster", specs["cluster"]),
+        *ray_job(f"{name}-train", train, specs["train"], TRAIN_DEADLINE_SECONDS, TRAIN_JOB_RETRIES),
+        *ray_job(f"{name}-infer", infer, specs["infer"], INFER_DEADLINE_SECONDS, 0),
         *tensorboard(name, image, f"{run}/tensorboard"),
     ]
+    return [in_namespace(manifest, namespace) for manifest in manifests]
 
 
 class PlainDumper(yaml.SafeDumper):
@@ -149,7 +294,9 @@ def to_yaml(manifests: list[dict]) -> str:
 
 
 def write_files(manifests: list[dict], folder: str) -> list[Path]:
-    """One file per resource name (TensorBoard's Deployment and Service share theirs)."""
+    """One file per resource name: a Ray cluster's network policy goes with it, TensorBoard's
+    Deployment, Service and network policy share one, and so do the namespace and the service
+    account when they share their name."""
     by_name: dict[str, list[dict]] = {}
     for manifest in manifests:
         by_name.setdefault(manifest["metadata"]["name"], []).append(manifest)
@@ -165,8 +312,21 @@ def main(argv=None) -> None:
     config = config_lib.load(args.config)
     if args.workers is not None:
         config = config_lib.from_mapping({**config_lib.asdict(config), "workers": args.workers})
-    manifests = render(args.config, config, image=args.image, bucket=args.bucket, project=args.project,
-                       name=args.name)
+    if not hardening.PINNED_IMAGE.fullmatch(args.image):
+        raise UsageError(
+            f"--image must name the image by digest, REPOSITORY[:TAG]@sha256:<64 hex digits>: {args.image!r}"
+        )
+    if not DNS_LABEL.fullmatch(args.namespace):
+        raise UsageError(f"--namespace must be a DNS label (lower-case letters, digits, '-'): {args.namespace!r}")
+    manifests = render(
+        args.config,
+        config,
+        image=args.image,
+        bucket=args.bucket,
+        project=args.project,
+        name=args.name,
+        namespace=args.namespace,
+    )
     if args.out:
         for path in write_files(manifests, args.out):
             print(path)

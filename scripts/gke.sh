@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# qml_ray on GKE: the cluster, its node pools, the bucket, the identities, the KubeRay
-# operator and the image.
+# qml_ray on GKE: the cluster, its node pools, the bucket, the identities, the image, the
+# namespace (restricted pods only) and the KubeRay operator in it.
 #
 #   scripts/gke.sh up     # create everything (about 15 minutes), then render the manifests
 #   scripts/gke.sh down   # delete the cluster, the image repository and the service account
@@ -24,7 +24,7 @@ CONFIG=${CONFIG:-configs/qcnn-23q.yaml}         # the run's config: it sizes the
 WORKERS=${WORKERS:-32}                          # training workers (one per worker pod)
 NAME=${NAME:-qcnn}                              # run name and prefix of the Kubernetes resources
 SERVICE_ACCOUNT=qml-ray                         # both the Google and the Kubernetes service account
-NAMESPACE=${NAMESPACE:-default}
+NAMESPACE=${NAMESPACE:-qml-ray}                 # the namespace of the operator and of every resource
 KUBERAY_VERSION=1.7.0
 RENDERED=${RENDERED:-cluster/rendered}             # where the manifests for this setup are written
 
@@ -34,10 +34,11 @@ up() {
   gcloud config set project "$PROJECT"
   gcloud services enable container.googleapis.com artifactregistry.googleapis.com storage.googleapis.com
 
-  # The cluster with Workload Identity; a small default pool for system pods, an on-demand
-  # pool for the Ray head, and an autoscaling spot pool (tainted) for the Ray workers.
+  # The cluster with Workload Identity and Dataplane V2 (which enforces network policies); a
+  # small default pool for system pods, an on-demand pool for the Ray head, and an autoscaling
+  # spot pool (tainted) for the Ray workers.
   gcloud container clusters create "$CLUSTER" --zone "$ZONE" --workload-pool "${PROJECT}.svc.id.goog" \
-    --machine-type e2-standard-2 --num-nodes 1
+    --enable-dataplane-v2 --machine-type e2-standard-2 --num-nodes 1
   gcloud container node-pools create ray-head --cluster "$CLUSTER" --zone "$ZONE" \
     --machine-type "$HEAD_MACHINE" --num-nodes 1 --workload-metadata GKE_METADATA
   gcloud container node-pools create ray-workers --cluster "$CLUSTER" --zone "$ZONE" --spot \
@@ -55,22 +56,28 @@ up() {
   gcloud iam service-accounts add-iam-policy-binding "$GSA" --role roles/iam.workloadIdentityUser \
     --member "serviceAccount:${PROJECT}.svc.id.goog[${NAMESPACE}/${SERVICE_ACCOUNT}]"
 
-  # The KubeRay operator.
-  helm repo add kuberay https://ray-project.github.io/kuberay-helm/
-  helm repo update kuberay
-  helm install kuberay-operator kuberay/kuberay-operator --version "$KUBERAY_VERSION" --wait
-
-  # The image.
+  # The image, and the digest it was pushed as: the manifests name the image by it.
   gcloud artifacts repositories create "$REPOSITORY" --repository-format docker --location "$REGION"
   gcloud auth configure-docker "${REGION}-docker.pkg.dev" --quiet
   docker build -f cluster/Dockerfile -t "$IMAGE" .
   docker push "$IMAGE"
+  local digest
+  digest=$(gcloud artifacts docker images describe "$IMAGE" --format 'value(image_summary.digest)')
 
-  # The manifests for this project, bucket and image, one file per resource; the pods'
-  # Kubernetes service account (acting as the Google one) goes in now.
-  python -m qml_ray.cluster render --config "$CONFIG" --workers "$WORKERS" --image "$IMAGE" \
-    --bucket "$BUCKET" --project "$PROJECT" --name "$NAME" --out "$RENDERED"
-  kubectl apply -n "$NAMESPACE" -f "$RENDERED/${SERVICE_ACCOUNT}.yaml"
+  # The manifests for this project, bucket and image, one file per resource. The namespace
+  # (where Kubernetes admits restricted pods only) and the pods' Kubernetes service account
+  # (acting as the Google one) go in now, and the namespace becomes kubectl's default.
+  python -m qml_ray.cluster render --config "$CONFIG" --workers "$WORKERS" --image "${IMAGE}@${digest}" \
+    --bucket "$BUCKET" --project "$PROJECT" --namespace "$NAMESPACE" --name "$NAME" --out "$RENDERED"
+  kubectl apply -f "$RENDERED/${NAMESPACE}.yaml"
+  kubectl apply -f "$RENDERED/${SERVICE_ACCOUNT}.yaml"
+  kubectl config set-context --current --namespace "$NAMESPACE"
+
+  # The KubeRay operator, in the same namespace, with rights in that namespace only.
+  helm repo add kuberay https://ray-project.github.io/kuberay-helm/
+  helm repo update kuberay
+  helm install kuberay-operator kuberay/kuberay-operator --version "$KUBERAY_VERSION" \
+    --namespace "$NAMESPACE" --set singleNamespaceInstall=true --wait
   echo "ready: manifests in $RENDERED/ (see the README, 'Run on GKE')"
 }
 
