@@ -68,40 +68,41 @@ def row(mr, mi, r, x):
 
 @numba.njit(inline="always", **JIT)
 def accumulate_row(acc, p, x):
-    """acc += p conj(x_c) for c = 0..3, in double precision (acc: 4 complex as 8 floats)."""
+    """acc += p conj(x_c) for c = 0..3, in double precision (acc: 4 complex as 8 floats; p, x_c: (re, im))."""
     pr, pi = np.float64(p[0]), np.float64(p[1])
-    return (acc[0] + pr * x[0] + pi * x[1], acc[1] + pi * x[0] - pr * x[1],
-            acc[2] + pr * x[2] + pi * x[3], acc[3] + pi * x[2] - pr * x[3],
-            acc[4] + pr * x[4] + pi * x[5], acc[5] + pi * x[4] - pr * x[5],
-            acc[6] + pr * x[6] + pi * x[7], acc[7] + pi * x[6] - pr * x[7])
+    return (acc[0] + pr * x[0][0] + pi * x[0][1], acc[1] + pi * x[0][0] - pr * x[0][1],
+            acc[2] + pr * x[1][0] + pi * x[1][1], acc[3] + pi * x[1][0] - pr * x[1][1],
+            acc[4] + pr * x[2][0] + pi * x[2][1], acc[5] + pi * x[2][0] - pr * x[2][1],
+            acc[6] + pr * x[3][0] + pi * x[3][1], acc[7] + pi * x[3][0] - pr * x[3][1])
 
 
 VECTOR_BITS = 4  # a block whose lower qubit is at least this bit runs over contiguous runs of >= 16 amplitudes
+
 GROUPS_AT_ONCE = 8  # groups per step of the loop for lower blocks (a fixed count LLVM unrolls)
 MIN_QUBITS = 5  # states are padded to this many qubits, so they hold a whole number of GROUPS_AT_ONCE
 
 
 @numba.njit(inline="always", **JIT)
-def mix(planes, index, mr, mi):
-    """Apply the matrix (mr, mi) to one group: the amplitudes planes[2r][index[r]] + i planes[2r+1][index[r]]."""
-    r0, i0, r1, i1, r2, i2, r3, i3 = planes
-    x = (r0[index[0]], i0[index[0]], r1[index[1]], i1[index[1]], r2[index[2]], i2[index[2]], r3[index[3]],
-         i3[index[3]])
-    q = (row(mr, mi, 0, x), row(mr, mi, 1, x), row(mr, mi, 2, x), row(mr, mi, 3, x))
-    r0[index[0]], i0[index[0]] = q[0]
-    r1[index[1]], i1[index[1]] = q[1]
-    r2[index[2]], i2[index[2]] = q[2]
-    r3[index[3]], i3[index[3]] = q[3]
-    return q, x
+def mix(views, j, mr, mi):
+    """Apply the matrix (mr, mi) to the group at j of four runs' views (re, im of runs 00, 01, 10, 11)."""
+    r0, i0, r1, i1, r2, i2, r3, i3 = views
+    x = (r0[j], i0[j], r1[j], i1[j], r2[j], i2[j], r3[j], i3[j])
+    r0[j], i0[j] = row(mr, mi, 0, x)
+    r1[j], i1[j] = row(mr, mi, 1, x)
+    r2[j], i2[j] = row(mr, mi, 2, x)
+    r3[j], i3[j] = row(mr, mi, 3, x)
 
 
 @numba.njit(inline="always", **JIT)
-def unapply_group(psi, lam, index, mr, mi, acc):
-    """psi and lam of one group <- (mr, mi) times them; acc += new psi (x) conj(old lam)."""
-    q, _ = mix(psi, index, mr, mi)
-    _, y = mix(lam, index, mr, mi)
-    return (accumulate_row(acc[0], q[0], y), accumulate_row(acc[1], q[1], y),
-            accumulate_row(acc[2], q[2], y), accumulate_row(acc[3], q[3], y))
+def mix_group(state, index, mr, mi):
+    """Apply the matrix (mr, mi) to the amplitudes state[:, index[r]]; returns them after, as 4 (re, im)."""
+    re, im = state[0], state[1]
+    x = (re[index[0]], im[index[0]], re[index[1]], im[index[1]], re[index[2]], im[index[2]], re[index[3]],
+         im[index[3]])
+    q = (row(mr, mi, 0, x), row(mr, mi, 1, x), row(mr, mi, 2, x), row(mr, mi, 3, x))
+    for r in range(4):
+        re[index[r]], im[index[r]] = q[r]
+    return q
 
 
 @numba.njit(**JIT)
@@ -134,43 +135,83 @@ def apply_block(state, u, hi, lo):
             for start in range(outer, outer + (1 << big), 1 << (small + 1)):
                 views = run_views(state, start, hi, lo)
                 for j in range(views[0].shape[0]):
-                    mix(views, (j, j, j, j), mr, mi)
+                    mix(views, j, mr, mi)
         return
-    planes = (state[0], state[1], state[0], state[1], state[0], state[1], state[0], state[1])
     for first in range(0, state.shape[1] >> 2, GROUPS_AT_ONCE):
         for group in range(first, first + GROUPS_AT_ONCE):
-            mix(planes, group_index(group, hi, lo), mr, mi)
+            mix_group(state, group_index(group, hi, lo), mr, mi)
+
+
+CHUNK = 256  # amplitudes per run summed in float32 before the transition matrix takes them in double
+
+
+@numba.njit(inline="always", **JIT)
+def chunk_views(views, start, stop):
+    return (views[0][start:stop], views[1][start:stop], views[2][start:stop], views[3][start:stop],
+            views[4][start:stop], views[5][start:stop], views[6][start:stop], views[7][start:stop])
+
+
+@numba.njit(inline="always", **JIT)
+def add_transition(total, p, l):
+    """total[r] += sum_j p_r[j] conj(l_c[j]) for c = 0..3 (re, im interleaved), summed in float32."""
+    for r in range(4):
+        pr, pi = p[2 * r], p[2 * r + 1]
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+        for j in range(pr.shape[0]):
+            a, b = pr[j], pi[j]
+            s0 += a * l[0][j] + b * l[1][j]
+            s1 += b * l[0][j] - a * l[1][j]
+            s2 += a * l[2][j] + b * l[3][j]
+            s3 += b * l[2][j] - a * l[3][j]
+            s4 += a * l[4][j] + b * l[5][j]
+            s5 += b * l[4][j] - a * l[5][j]
+            s6 += a * l[6][j] + b * l[7][j]
+            s7 += b * l[6][j] - a * l[7][j]
+        total[r, 0] += s0
+        total[r, 1] += s1
+        total[r, 2] += s2
+        total[r, 3] += s3
+        total[r, 4] += s4
+        total[r, 5] += s5
+        total[r, 6] += s6
+        total[r, 7] += s7
 
 
 @numba.njit(**JIT)
 def unapply_with_transition(psi, lam, u, hi, lo):
-    """One pass over both states: psi <- u^dagger psi; M[r, c] += psi_r conj(lam_c) summed over the
-    other qubits; lam <- u^dagger lam. Returns M (complex128 4x4)."""
-    mr, mi = scalars(np.conj(u.T))
+    """One pass over both states: psi <- u^dagger psi; lam <- u^dagger lam; returns
+    M[r, c] = sum over the other qubits of psi_r conj(lam_c), with lam before the step (complex128 4x4)."""
+    ud = np.conj(u.T)
+    mr, mi = scalars(ud)
     small, big = min(hi, lo), max(hi, lo)
-    zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     total = np.zeros((4, 8))
     if small >= VECTOR_BITS:
         for outer in range(0, psi.shape[1], 1 << (big + 1)):
             for start in range(outer, outer + (1 << big), 1 << (small + 1)):
-                psi_views, lam_views = run_views(psi, start, hi, lo), run_views(lam, start, hi, lo)
-                acc = (zero, zero, zero, zero)
-                for j in range(psi_views[0].shape[0]):
-                    acc = unapply_group(psi_views, lam_views, (j, j, j, j), mr, mi, acc)
-                for r in range(4):
-                    for c in range(8):
-                        total[r, c] += acc[r][c]
+                psi_run, lam_run = run_views(psi, start, hi, lo), run_views(lam, start, hi, lo)
+                for first in range(0, psi_run[0].shape[0], CHUNK):
+                    p = chunk_views(psi_run, first, first + CHUNK)
+                    l = chunk_views(lam_run, first, first + CHUNK)
+                    for j in range(p[0].shape[0]):
+                        mix(p, j, mr, mi)
+                    for j in range(l[0].shape[0]):
+                        mix(l, j, mr, mi)
+                    add_transition(total, p, l)
     else:
-        psi_planes = (psi[0], psi[1], psi[0], psi[1], psi[0], psi[1], psi[0], psi[1])
-        lam_planes = (lam[0], lam[1], lam[0], lam[1], lam[0], lam[1], lam[0], lam[1])
+        zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         acc = (zero, zero, zero, zero)
         for first in range(0, psi.shape[1] >> 2, GROUPS_AT_ONCE):
             for group in range(first, first + GROUPS_AT_ONCE):
-                acc = unapply_group(psi_planes, lam_planes, group_index(group, hi, lo), mr, mi, acc)
+                index = group_index(group, hi, lo)
+                q = mix_group(psi, index, mr, mi)
+                y = mix_group(lam, index, mr, mi)
+                acc = (accumulate_row(acc[0], q[0], y), accumulate_row(acc[1], q[1], y),
+                       accumulate_row(acc[2], q[2], y), accumulate_row(acc[3], q[3], y))
         for r in range(4):
             for c in range(8):
                 total[r, c] += acc[r][c]
-    return total[:, 0::2] + 1j * total[:, 1::2]
+    # summed against lam after the step, lam_after = u^dagger lam_before: M = M_after u^dagger
+    return (total[:, 0::2] + 1j * total[:, 1::2]) @ ud
 
 
 @numba.njit(**JIT)
@@ -196,26 +237,75 @@ def add_pauli(out, state, weight, flip, signs, y_count):
 
 
 @numba.njit(**JIT)
-def simulate(qubits, block_qubits, blocks):
+def deposit(value, bits):
+    """The bits of `value`, the k-th put at bit bits[k]."""
+    out = 0
+    for k in range(bits.shape[0]):
+        out |= ((value >> k) & 1) << bits[k]
+    return out
+
+
+RELABEL_RUN_BITS = 10  # relabelling moves runs of up to 2^10 amplitudes at a time
+
+
+@numba.njit(**JIT)
+def relabel_bits(state, bit_map):
+    """In place: the amplitude at index i moves to the index with bit q of i at bit bit_map[q], where
+    bit_map swaps pairs (low, high) of bits, every low below every high (so it is its own inverse).
+    Works chunk by chunk below the lowest high bit: `count` chunks at a time trade their low-bit parts."""
+    lows = np.array([q for q in range(bit_map.shape[0]) if bit_map[q] > q])
+    if lows.shape[0] == 0:
+        return
+    highs = bit_map[lows]
+    width, count = 1 << min(highs.min(), RELABEL_RUN_BITS), 1 << lows.shape[0]
+    low_mask, high_mask = deposit(count - 1, lows), deposit(count - 1, highs)
+    at_high = np.array([deposit(t, highs) for t in range(count)])
+    at_low = np.array([deposit(t, lows) for t in range(count)])
+    rests = np.array([v for v in range(width) if v & low_mask == 0])
+    buffer = np.empty((2, count, width), np.float32)
+    for start in range(0, state.shape[1], width):
+        if start & high_mask:
+            continue
+        for t in range(count):
+            for plane in range(2):
+                buffer[plane, t] = state[plane, start + at_high[t]:start + at_high[t] + width]
+        for t in range(count):  # chunk t's part with low bits u goes to chunk u's part with low bits t
+            for u in range(count):
+                source, target = at_low[u], start + at_high[u] + at_low[t]
+                for rest in rests:
+                    state[0, target + rest] = buffer[0, t, source + rest]
+                    state[1, target + rest] = buffer[1, t, source + rest]
+
+
+@numba.njit(**JIT)
+def simulate(qubits, block_qubits, relabel, bit_maps, blocks):
     """The state (planes: real, imaginary) after the blocks, from |0...0>."""
     psi = np.zeros((2, 1 << qubits), np.float32)
     psi[0, 0] = 1
     for b in range(blocks.shape[0]):
+        if relabel[b] >= 0:
+            relabel_bits(psi, bit_maps[relabel[b]])
         apply_block(psi, blocks[b], block_qubits[b, 0], block_qubits[b, 1])
     return psi
+
+
 @numba.njit(**JIT)
-def circuit_gradient(qubits, block_qubits, block_start, kind, symbol, coef, const, kind_eig, kind_proj,
-                     values, term_op, term_coef, term_flip, term_signs, term_y, upstream, grad):
+def circuit_gradient(qubits, block_qubits, relabel, bit_maps, block_start, kind, symbol, coef, const, kind_eig,
+                     kind_proj, values, term_op, term_coef, term_flip, term_signs, term_y, upstream, grad):
     """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi>, psi the circuit's state.
 
-    O_k is the sum of the terms t with term_op[t] == k: term_coef[t] times a Pauli string."""
+    O_k is the sum of the terms t with term_op[t] == k: term_coef[t] times a Pauli string (on the bits
+    of the circuit's end)."""
     factors, blocks = block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values)
-    psi = simulate(qubits, block_qubits, blocks)
+    psi = simulate(qubits, block_qubits, relabel, bit_maps, blocks)
     lam = np.zeros_like(psi)
     for t in range(term_op.shape[0]):
         add_pauli(lam, psi, upstream[term_op[t]] * term_coef[t], term_flip[t], term_signs[t], term_y[t])
     for b in range(blocks.shape[0] - 1, -1, -1):
         m = unapply_with_transition(psi, lam, blocks[b], block_qubits[b, 0], block_qubits[b, 1])
+        if relabel[b] >= 0:
+            relabel_bits(psi, bit_maps[relabel[b]])
+            relabel_bits(lam, bit_maps[relabel[b]])
         # d/de of the block (L F(e) R) contributes 2 Re Tr(dF/de . R M L).
         start, stop = block_start[b], block_start[b + 1]
         right = np.empty((stop - start + 1, 4, 4), np.complex128)  # right[j]: factors before start + j

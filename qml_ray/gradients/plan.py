@@ -3,7 +3,9 @@
 Each gate of a serialized program becomes one or more factors U(e) = sum_k exp(i pi e h_k) P_k
 on one or two qubits, with the exponent e = const + coef * symbol (the forms TFQ serializes:
 a number, or a number times one symbol). Factors are then fused into blocks on qubit pairs,
-one- qubit factors folded into a neighbouring block, as qsim fuses its forward pass.
+one-qubit factors folded into a neighbouring block, as qsim fuses its forward pass. Qubits are then
+placed on bits so that blocks run on the kernel's fast high bits: the qubits needed last wait on the
+low bits, and the state is relabelled when a block needs one of them (Belady's rule).
 """
 
 import functools
@@ -39,7 +41,9 @@ class Plan:
     """One circuit's fused blocks and factors, as arrays for `kernel.circuit_gradient`."""
 
     qubits: int
-    block_qubits: np.ndarray  # [blocks, 2] int64: (hi, lo)
+    block_qubits: np.ndarray  # [blocks, 2] int64: the bits (hi, lo) the block acts on
+    relabel: np.ndarray  # [blocks] int64: row of bit_maps applied to the state before the block, or -1
+    bit_maps: np.ndarray  # [relabellings, qubits] int64: bit q of every index moves to bit bit_maps[r, q] (swaps)
     block_start: np.ndarray  # [blocks + 1] int64: block b holds factors block_start[b]:block_start[b + 1]
     kind: np.ndarray  # [factors] int64: row of kind_eig / kind_proj
     symbol: np.ndarray  # [factors] int64: index into the symbol names, -1 for a constant
@@ -47,10 +51,10 @@ class Plan:
     const: np.ndarray  # [factors] float64
     kind_eig: np.ndarray  # [kinds, 4] float64
     kind_proj: np.ndarray  # [kinds, 4, 4, 4] complex128: projectors in the block's basis
-    qubit_index: dict  # serialized qubit id -> bit
+    qubit_index: dict  # serialized qubit id -> its bit at the end of the circuit
 
     def arrays(self) -> tuple:
-        return (self.qubits, self.block_qubits, self.block_start, self.kind, self.symbol, self.coef, self.const,
+        return (self.qubits, self.block_qubits, self.relabel, self.bit_maps, self.block_start, self.kind, self.symbol, self.coef, self.const,
                 self.kind_eig, self.kind_proj)
 
 
@@ -197,6 +201,38 @@ def _fuse(factors: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
     return _to_arrays(blocks, qubits, names, index)
 
 
+def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[int], list[list[int]], list[int]]:
+    """Bits for each block's qubits, the relabellings (block index, bit map) on the way, and each qubit's
+    final bit. The `low` qubits needed last wait on the bits below kernel.VECTOR_BITS; when a block
+    needs one, the qubits needed last take the low bits by swapping with the ones leaving them."""
+    low = max(1, min(kernel.VECTOR_BITS, qubits // 2 - 1))
+    uses = [[b for b, pair in enumerate(pairs) if q in pair] for q in range(qubits)]
+
+    def needed_last(after: int) -> list[int]:
+        following = [next((b for b in uses[q] if b >= after), len(pairs)) for q in range(qubits)]
+        return sorted(range(qubits), key=lambda q: (-following[q], q))[:low]
+
+    waiting = needed_last(0)
+    bit = {q: i for i, q in enumerate(waiting)}
+    bit.update({q: low + i for i, q in enumerate(q for q in range(qubits) if q not in bit)})
+    placed, relabel, bit_maps = [], [], []
+    for b, (a, c) in enumerate(pairs):
+        if min(bit[a], bit[c]) < low:
+            staying = set(needed_last(b))
+            leaving = [q for q in bit if bit[q] < low and q not in staying]
+            entering = [q for q in sorted(staying) if bit[q] >= low]
+            bit_map = list(range(qubits))
+            for out, into in zip(leaving, entering):
+                bit_map[bit[out]], bit_map[bit[into]] = bit[into], bit[out]
+                bit[out], bit[into] = bit[into], bit[out]
+            relabel.append(len(bit_maps))
+            bit_maps.append(bit_map)
+        else:
+            relabel.append(-1)
+        placed.append((bit[a], bit[c]))
+    return placed, relabel, bit_maps, [bit[q] for q in range(qubits)]
+
+
 def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
     """The factor's projectors in the basis of the block on `pair` (pair[0] the more significant)."""
     if factor.qubits == pair:
@@ -226,13 +262,16 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
                          factor.const))
         starts.append(len(rows))
     kind, symbol, coef, const = zip(*rows) if rows else ((), (), (), ())
+    placed, relabel, bit_maps, final = _placement([pair for pair, _ in blocks], qubits)
     return Plan(
         qubits=qubits,
-        block_qubits=np.array([pair for pair, _ in blocks], np.int64).reshape(-1, 2),
+        block_qubits=np.array(placed, np.int64).reshape(-1, 2),
+        relabel=np.array(relabel, np.int64),
+        bit_maps=np.array(bit_maps, np.int64).reshape(-1, qubits),
         block_start=np.array(starts, np.int64),
         kind=np.array(kind, np.int64), symbol=np.array(symbol, np.int64),
         coef=np.array(coef, np.float64), const=np.array(const, np.float64),
         kind_eig=np.array(kind_eig, np.float64).reshape(-1, 4),
         kind_proj=np.array(kind_proj, np.complex128).reshape(-1, 4, 4, 4),
-        qubit_index=index,
+        qubit_index={q: final[i] for q, i in index.items()},
     )
