@@ -10,8 +10,9 @@ from conftest import SMOKE, run_command
 
 
 def test_runtimes_measures_every_runtime_at_1_and_2_workers(tmp_path):
-    done = run_command("bench", "runtimes", "--config", SMOKE, "--workers", "1,2", "--epochs", 3,
-                       "--out", tmp_path, timeout=1200)
+    done = run_command(
+        "bench", "runtimes", "--config", SMOKE, "--workers", "1,2", "--epochs", 3, "--out", tmp_path, timeout=1200
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp_path / "runtimes.json").read_text())
 
@@ -37,9 +38,10 @@ def test_circuits_times_forward_and_gradient(tmp_path):
     assert [p["qubits"] for p in doc["probes"]] == [4, 6]
     for probe in doc["probes"]:
         for name in ("tfq", "block"):
-            assert probe[f"{name}_forward_gradient_seconds"] > probe["forward_seconds"] > 0
+            assert probe[f"{name}_forward_gradient_seconds"] > probe[f"{name}_forward_seconds"] > 0
         assert probe["speedup"] == pytest.approx(
-            probe["tfq_forward_gradient_seconds"] / probe["block_forward_gradient_seconds"])
+            probe["tfq_forward_gradient_seconds"] / probe["block_forward_gradient_seconds"]
+        )
     assert doc["projection"] is None  # 23 qubits not probed
     assert "| 6 | 2 |" in (tmp_path / "circuits.md").read_text()
 
@@ -47,21 +49,32 @@ def test_circuits_times_forward_and_gradient(tmp_path):
 def test_projection_spreads_the_headline_over_the_cluster():
     from qml_ray.bench.circuits import project
 
-    projection = project({"forward_seconds": 1.0, "tfq_forward_gradient_seconds": 10.0,
-                          "block_forward_gradient_seconds": 2.0}, 0.5, "given")
-    for name, gradient in (("tfq", 10.0), ("block", 2.0)):
-        cpu_seconds = 700 * gradient + 300 * 1.0
+    projection = project(
+        {
+            "tfq_forward_seconds": 1.0,
+            "block_forward_seconds": 0.5,
+            "tfq_forward_gradient_seconds": 10.0,
+            "block_forward_gradient_seconds": 2.0,
+        },
+        0.5,
+        "given",
+    )
+    for name, forward, gradient in (("tfq", 1.0, 10.0), ("block", 0.5, 2.0)):
+        cpu_seconds = 700 * gradient + 300 * forward
         assert projection[name]["one_vcpu_epoch_hours"] == pytest.approx(cpu_seconds / 3600)
         assert projection[name]["cluster_epoch_minutes"] == pytest.approx(cpu_seconds / (512 * 0.5) / 60)
         assert projection[name]["node_epoch_hours"] == pytest.approx(cpu_seconds / 16 / 3600)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["runtimes", "--config", SMOKE, "--epochs", 1], "error: the benchmark needs at least 2 epochs"),
-    (["runtimes", "--workers", "0"], "argument --workers: expected comma-separated numbers"),
-    (["runtimes", "--runtimes", "ray"], "argument --runtimes: expected some of qml_ray,baseline,single"),
-    (["circuits", "--efficiency-from", "/nonexistent.json"], "error: cannot read a runtimes.json"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["runtimes", "--config", SMOKE, "--epochs", 1], "error: the benchmark needs at least 2 epochs"),
+        (["runtimes", "--workers", "0"], "argument --workers: expected comma-separated numbers"),
+        (["runtimes", "--runtimes", "ray"], "argument --runtimes: expected some of qml_ray,baseline,single"),
+        (["circuits", "--efficiency-from", "/nonexistent.json"], "error: cannot read a runtimes.json"),
+    ],
+)
 def test_bad_input_is_one_line_and_status_2(args, message):
     done = run_command("bench", *args)
     assert done.returncode == 2 and message in done.stderr

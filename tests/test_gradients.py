@@ -11,7 +11,7 @@ import tensorflow as tf
 import tensorflow_quantum as tfq
 
 from qml_ray.config import Config
-from qml_ray.gradients import BlockAdjoint
+from qml_ray.gradients import BlockAdjoint, UnsupportedGate
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
 from conftest import ROOT, SMOKE, run_command
@@ -19,26 +19,35 @@ from conftest import ROOT, SMOKE, run_command
 STEP = 1e-4  # central differences: error ~STEP^2 in double precision
 
 
-def gradients(differentiator, circuits, symbols, values, readouts, upstream) -> np.ndarray:
-    """d/d values of sum(upstream * expectations), through TFQ's expectation op and `differentiator`."""
+def forward_and_gradient(differentiator, circuits, symbols, values, readouts, upstream) -> tuple:
+    """The expectations, and d/d values of sum(upstream * expectations), through `differentiator`'s op
+    (made from TFQ's expectation op)."""
     op = differentiator.generate_differentiable_op(analytic_op=tfq.get_expectation_op())
     values = tf.constant(values, tf.float32)
     with tf.GradientTape() as tape:
         tape.watch(values)
-        expectations = op(tfq.convert_to_tensor(circuits), tf.constant([str(s) for s in symbols]), values,
-                          tfq.convert_to_tensor(readouts))
+        expectations = op(
+            tfq.convert_to_tensor(circuits),
+            tf.constant([str(s) for s in symbols]),
+            values,
+            tfq.convert_to_tensor(readouts),
+        )
         loss = tf.reduce_sum(expectations * tf.constant(upstream, tf.float32))
-    return tape.gradient(loss, values).numpy()
+    return expectations.numpy(), tape.gradient(loss, values).numpy()
 
 
-def cirq_objective(circuit, symbols, values, readouts, upstream) -> float:
-    """sum_k upstream[k] <O_k>, simulated by cirq in double precision."""
+def cirq_expectations(circuit, symbols, values, readouts) -> np.ndarray:
+    """<O_k> of each readout, simulated by cirq in double precision."""
     resolved = cirq.resolve_parameters(circuit, dict(zip(symbols, values)))
     qubits = sorted(circuit.all_qubits() | {q for op in readouts for q in op.qubits})
     state = cirq.Simulator(dtype=np.complex128).simulate(resolved, qubit_order=qubits).final_state_vector
     index = {q: i for i, q in enumerate(qubits)}
-    return sum(weight * cirq.PauliSum.wrap(op).expectation_from_state_vector(state, index).real
-               for weight, op in zip(upstream, readouts))
+    return np.array([cirq.PauliSum.wrap(op).expectation_from_state_vector(state, index).real for op in readouts])
+
+
+def cirq_objective(circuit, symbols, values, readouts, upstream) -> float:
+    """sum_k upstream[k] <O_k>, simulated by cirq in double precision."""
+    return float(np.dot(upstream, cirq_expectations(circuit, symbols, values, readouts)))
 
 
 def finite_differences(circuits, symbols, values, readouts, upstream) -> np.ndarray:
@@ -54,10 +63,16 @@ def finite_differences(circuits, symbols, values, readouts, upstream) -> np.ndar
 
 
 def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4) -> None:
-    """Block gradients equal cirq's central differences within 1e-4, and TFQ's Adjoint within
-    `tfq_tolerance` (TFQ's own float32 gradient strays further on some gate mixes)."""
-    block = gradients(BlockAdjoint(threads=2), circuits, symbols, values, readouts, upstream)
-    adjoint = gradients(tfq.differentiators.Adjoint(), circuits, symbols, values, readouts, upstream)
+    """Block expectations equal cirq's and TFQ's within 1e-5; block gradients equal cirq's central
+    differences within 1e-4, and TFQ's Adjoint within `tfq_tolerance` (TFQ's own float32 gradient strays
+    further on some gate mixes)."""
+    block_forward, block = forward_and_gradient(BlockAdjoint(threads=2), circuits, symbols, values, readouts, upstream)
+    tfq_forward, adjoint = forward_and_gradient(
+        tfq.differentiators.Adjoint(), circuits, symbols, values, readouts, upstream
+    )
+    exact = [cirq_expectations(c, symbols, v, r) for c, v, r in zip(circuits, values.astype(np.float64), readouts)]
+    np.testing.assert_allclose(block_forward, exact, atol=1e-5)
+    np.testing.assert_allclose(block_forward, tfq_forward, atol=1e-5)
     reference = finite_differences(circuits, symbols, values, readouts, upstream)
     assert np.abs(reference).max() > 0.01  # a real gradient, not zeros everywhere
     np.testing.assert_allclose(block, reference, rtol=1e-4, atol=1e-4)
@@ -70,8 +85,10 @@ def test_qcnn_gradients(qubits, layers):
     register = qubits_for(Config(qubits=qubits))
     model, readout_qubits = qcnn_circuit(register, layers)
     symbols = sorted(cirq.parameter_symbols(model), key=str)
-    circuits = [cluster_state_circuit(register) + cirq.rx(rng.uniform(-np.pi, np.pi))(register[i]) + model
-                for i in rng.choice(qubits, size=3, replace=False)]
+    circuits = [
+        cluster_state_circuit(register) + cirq.rx(rng.uniform(-np.pi, np.pi))(register[i]) + model
+        for i in rng.choice(qubits, size=3, replace=False)
+    ]
     values = rng.uniform(-2, 2, size=(3, len(symbols)))
     readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
     upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
@@ -92,12 +109,24 @@ def random_gate(rng, qubits):
     a, b = (qubits[i] for i in rng.choice(len(qubits), size=2, replace=False))
     p, t = random_parameter(rng), random_parameter(rng)
     families = [
-        lambda: cirq.X(a) ** p, lambda: cirq.Y(a) ** p, lambda: cirq.Z(a) ** p, lambda: cirq.H(a) ** p,
-        lambda: cirq.S(a), lambda: cirq.T(a), lambda: cirq.H(a),
-        lambda: cirq.rx(p)(a), lambda: cirq.ry(p)(a), lambda: cirq.rz(p)(a),
-        lambda: cirq.CZ(a, b) ** p, lambda: cirq.CNOT(a, b) ** p, lambda: cirq.SWAP(a, b) ** p,
-        lambda: cirq.ISWAP(a, b) ** p, lambda: cirq.XX(a, b) ** p, lambda: cirq.YY(a, b) ** p,
-        lambda: cirq.ZZ(a, b) ** p, lambda: cirq.FSimGate(theta=p, phi=t)(a, b),
+        lambda: cirq.X(a) ** p,
+        lambda: cirq.Y(a) ** p,
+        lambda: cirq.Z(a) ** p,
+        lambda: cirq.H(a) ** p,
+        lambda: cirq.S(a),
+        lambda: cirq.T(a),
+        lambda: cirq.H(a),
+        lambda: cirq.rx(p)(a),
+        lambda: cirq.ry(p)(a),
+        lambda: cirq.rz(p)(a),
+        lambda: cirq.CZ(a, b) ** p,
+        lambda: cirq.CNOT(a, b) ** p,
+        lambda: cirq.SWAP(a, b) ** p,
+        lambda: cirq.ISWAP(a, b) ** p,
+        lambda: cirq.XX(a, b) ** p,
+        lambda: cirq.YY(a, b) ** p,
+        lambda: cirq.ZZ(a, b) ** p,
+        lambda: cirq.FSimGate(theta=p, phi=t)(a, b),
         lambda: cirq.PhasedXPowGate(phase_exponent=p, exponent=t)(a),
         lambda: cirq.PhasedISwapPowGate(phase_exponent=p, exponent=t)(a, b),
         lambda: cirq.ry(p)(a).controlled_by(b),
@@ -115,8 +144,9 @@ def random_readouts(rng, qubits):
 def test_random_circuits_of_every_gate_family(qubits):
     rng = np.random.default_rng(qubits)
     register = cirq.GridQubit.rect(1, qubits)
-    circuits = [cirq.Circuit(cirq.H.on_each(register), (random_gate(rng, register) for _ in range(30)))
-                for _ in range(3)]
+    circuits = [
+        cirq.Circuit(cirq.H.on_each(register), (random_gate(rng, register) for _ in range(30))) for _ in range(3)
+    ]
     values = rng.uniform(-1.5, 1.5, size=(3, len(SYMBOLS)))
     readouts = [random_readouts(rng, register) for _ in circuits]
     upstream = rng.uniform(-1, 1, size=(3, 3))
@@ -129,17 +159,37 @@ def test_every_gate_family_is_covered():
     register = cirq.GridQubit.rect(1, 3)
     gates = [random_gate(rng, register) for _ in range(2000)]
     kinds = {type(op.gate).__name__ for op in gates if cirq.is_parameterized(op)}
-    assert {"XPowGate", "YPowGate", "ZPowGate", "HPowGate", "Rx", "Ry", "Rz", "CZPowGate", "CXPowGate",
-            "SwapPowGate", "ISwapPowGate", "XXPowGate", "YYPowGate", "ZZPowGate", "FSimGate", "PhasedXPowGate",
-            "PhasedISwapPowGate", "ControlledGate"} <= kinds | {type(op).__name__ for op in gates}
+    assert {
+        "XPowGate",
+        "YPowGate",
+        "ZPowGate",
+        "HPowGate",
+        "Rx",
+        "Ry",
+        "Rz",
+        "CZPowGate",
+        "CXPowGate",
+        "SwapPowGate",
+        "ISwapPowGate",
+        "XXPowGate",
+        "YYPowGate",
+        "ZZPowGate",
+        "FSimGate",
+        "PhasedXPowGate",
+        "PhasedISwapPowGate",
+        "ControlledGate",
+    } <= kinds | {type(op).__name__ for op in gates}
 
 
 def test_unsupported_gate_is_one_line_naming_it():
     qubits = cirq.GridQubit.rect(1, 3)
-    circuit = cirq.Circuit(cirq.H.on_each(qubits), cirq.ISWAP(qubits[1], qubits[2]).controlled_by(qubits[0]),
-                           cirq.X(qubits[0]) ** SYMBOLS[0])
-    with pytest.raises(tf.errors.OpError) as raised:
-        gradients(BlockAdjoint(), [circuit], SYMBOLS[:1], np.array([[0.3]]), [[cirq.Z(qubits[2])]], [[1.0]])
+    circuit = cirq.Circuit(
+        cirq.H.on_each(qubits),
+        cirq.ISWAP(qubits[1], qubits[2]).controlled_by(qubits[0]),
+        cirq.X(qubits[0]) ** SYMBOLS[0],
+    )
+    with pytest.raises((tf.errors.OpError, UnsupportedGate)) as raised:  # eager: as raised; in a graph: wrapped
+        forward_and_gradient(BlockAdjoint(), [circuit], SYMBOLS[:1], np.array([[0.3]]), [[cirq.Z(qubits[2])]], [[1.0]])
     lines = [line for line in str(raised.value).splitlines() if "cannot differentiate" in line]
     assert lines and "ISwapPowGate" in lines[0] and "3 qubits" in lines[0]
 
@@ -153,8 +203,21 @@ def losses(path) -> list[float]:
 def test_training_with_block_and_tfq_gradients_agree(config, tmp_path):
     """2 workers, MultiWorkerMirroredStrategy on Ray Train, the same seed: the same losses."""
     for name in ("block", "tfq"):
-        done = run_command("train", "--config", config, "--workers", 2, "--epochs", 10, "--differentiator", name,
-                           "--storage", tmp_path, "--name", name)
+        done = run_command(
+            "train",
+            "--config",
+            config,
+            "--workers",
+            2,
+            "--epochs",
+            10,
+            "--differentiator",
+            name,
+            "--storage",
+            tmp_path,
+            "--name",
+            name,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     block, tfq_losses = losses(tmp_path / "block"), losses(tmp_path / "tfq")
     assert len(block) == len(tfq_losses) == 10
@@ -162,9 +225,15 @@ def test_training_with_block_and_tfq_gradients_agree(config, tmp_path):
     np.testing.assert_allclose(block, tfq_losses, atol=1e-3, rtol=0)
 
 
-@pytest.mark.parametrize("choice, qubits, expected", [
-    ("auto", 12, tfq.differentiators.Adjoint), ("auto", 16, BlockAdjoint),
-    ("block", 8, BlockAdjoint), ("tfq", 20, tfq.differentiators.Adjoint)])
+@pytest.mark.parametrize(
+    "choice, qubits, expected",
+    [
+        ("auto", 12, tfq.differentiators.Adjoint),
+        ("auto", 16, BlockAdjoint),
+        ("block", 8, BlockAdjoint),
+        ("tfq", 20, tfq.differentiators.Adjoint),
+    ],
+)
 def test_differentiator_choice(choice, qubits, expected):
     from qml_ray.model import differentiator
 

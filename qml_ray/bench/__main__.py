@@ -1,10 +1,10 @@
 """`python -m qml_ray.bench`: the scaling benchmark.
 
-  runtimes  qml_ray (Ray Train), the tf-operator-style baseline (plain TF_CONFIG processes) and
-            one undistributed process, interleaved: epoch times, throughput, parallel efficiency,
-            start-up and memory, as JSON, a Markdown table and a PNG plot
-  circuits  forward and forward + gradient seconds per circuit against qubits, and the
-            23-qubit headline projected from them, as JSON and Markdown
+runtimes  qml_ray (Ray Train), the tf-operator-style baseline (plain TF_CONFIG processes) and
+          one undistributed process, interleaved: epoch times, throughput, parallel efficiency,
+          start-up and memory, as JSON, a Markdown table and a PNG plot
+circuits  forward and forward + gradient seconds per circuit against qubits, and the
+          23-qubit headline projected from them, as JSON and Markdown
 """
 
 import argparse
@@ -19,6 +19,7 @@ from qml_ray.errors import UsageError
 
 def number_list(minimum: int):
     """An argparse type: comma-separated whole numbers, each at least `minimum`."""
+
     def parse(text: str) -> list[int]:
         try:
             numbers = [int(item) for item in text.split(",")]
@@ -27,21 +28,25 @@ def number_list(minimum: int):
         if not numbers or min(numbers) < minimum:
             raise argparse.ArgumentTypeError(f"expected comma-separated numbers of at least {minimum}, got {text!r}")
         return sorted(set(numbers))
+
     return parse
 
 
 def choice_list(choices):
     """An argparse type: a comma-separated subset of `choices`, in the order given."""
+
     def parse(text: str) -> list[str]:
         chosen = list(dict.fromkeys(text.split(",")))
         if not set(chosen) <= set(choices):
             raise argparse.ArgumentTypeError(f"expected some of {','.join(choices)}, got {text!r}")
         return chosen
+
     return parse
 
 
 def positive(kind):
     """An argparse type: a positive int or float."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -50,48 +55,84 @@ def positive(kind):
         if value <= 0:
             raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
         return value
+
     return parse
 
 
 def parse_args(argv=None):
-    parser = cli.ArgumentParser(prog="python -m qml_ray.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(
+        prog="python -m qml_ray.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{runtimes,circuits}")
 
     runtimes = commands.add_parser(
-        "runtimes", help="qml_ray against the TF_CONFIG baseline and one process",
+        "runtimes",
+        help="qml_ray against the TF_CONFIG baseline and one process",
         description="Train --config with each runtime at each worker count, in interleaved rounds, and "
         "write <out>/runtimes.json, runtimes.md and runtimes.png. Each run starts its own processes (and "
-        "qml_ray its own local Ray); runs checkpoint at the last epoch only and never profile.")
+        "qml_ray its own local Ray); runs checkpoint at the last epoch only and never profile.",
+    )
     runtimes.add_argument("--config", metavar="YAML", help="config file (default: the built-in defaults)")
-    runtimes.add_argument("--workers", type=number_list(1), default=[1, 2], metavar="N,N",
-                          help="worker counts (default: 1,2)")
+    runtimes.add_argument(
+        "--workers", type=number_list(1), default=[1, 2], metavar="N,N", help="worker counts (default: 1,2)"
+    )
     runtimes.add_argument("--epochs", type=positive(int), metavar="N", help="override the config's epochs (at least 2)")
-    runtimes.add_argument("--rounds", type=positive(int), default=1, metavar="N",
-                          help="times every case runs, interleaved (default: 1); medians are reported")
-    runtimes.add_argument("--runtimes", type=choice_list(RUNTIMES), default=list(RUNTIMES), metavar="LIST",
-                          help=f"some of {','.join(RUNTIMES)} (default: all)")
-    runtimes.add_argument("--thread-pools", type=choice_list(POOLS), metavar="LIST",
-                          help="sized (to each worker's CPUs), default (TensorFlow's), or both: sized,default "
-                          "(default: as the config's size_thread_pools says)")
-    runtimes.add_argument("--run-timeout", type=positive(float), default=1800, metavar="SECONDS",
-                          help="stop a run that takes longer (default: 1800)")
+    runtimes.add_argument(
+        "--rounds",
+        type=positive(int),
+        default=1,
+        metavar="N",
+        help="times every case runs, interleaved (default: 1); medians are reported",
+    )
+    runtimes.add_argument(
+        "--runtimes",
+        type=choice_list(RUNTIMES),
+        default=list(RUNTIMES),
+        metavar="LIST",
+        help=f"some of {','.join(RUNTIMES)} (default: all)",
+    )
+    runtimes.add_argument(
+        "--thread-pools",
+        type=choice_list(POOLS),
+        metavar="LIST",
+        help="sized (to each worker's CPUs), default (TensorFlow's), or both: sized,default "
+        "(default: as the config's size_thread_pools says)",
+    )
+    runtimes.add_argument(
+        "--run-timeout",
+        type=positive(float),
+        default=1800,
+        metavar="SECONDS",
+        help="stop a run that takes longer (default: 1800)",
+    )
     runtimes.add_argument("--out", default="benchmarks/runtimes", metavar="DIR", help="(default: benchmarks/runtimes)")
 
     circuits = commands.add_parser(
-        "circuits", help="seconds per circuit against qubits, and the headline projected",
+        "circuits",
+        help="seconds per circuit against qubits, and the headline projected",
         description="Time the QCNN's forward and forward + gradient per circuit at each qubit count, in "
         "this process, and write <out>/circuits.json and circuits.md. With 23 among --qubits, project "
-        "the headline run (23 qubits, 1000 examples, 512 vCPUs) from them.")
-    circuits.add_argument("--qubits", type=number_list(4), default=[8, 12, 16, 20, 23], metavar="N,N",
-                          help="(default: 8,12,16,20,23)")
-    circuits.add_argument("--circuits", type=positive(int), metavar="N",
-                          help="circuits per batch (default: 64, down to 2 at 23 qubits)")
-    circuits.add_argument("--threads", type=positive(int), default=1, metavar="N",
-                          help="TensorFlow's and the block kernel's threads (default: 1, so the figures are per vCPU)")
-    circuits.add_argument("--efficiency-from", metavar="JSON",
-                          help="a runtimes.json: project at its qml_ray parallel efficiency with the most "
-                          "workers (default: efficiency 1, ideal)")
+        "the headline run (23 qubits, 1000 examples, 512 vCPUs) from them.",
+    )
+    circuits.add_argument(
+        "--qubits", type=number_list(4), default=[8, 12, 16, 20, 23], metavar="N,N", help="(default: 8,12,16,20,23)"
+    )
+    circuits.add_argument(
+        "--circuits", type=positive(int), metavar="N", help="circuits per batch (default: 64, down to 2 at 23 qubits)"
+    )
+    circuits.add_argument(
+        "--threads",
+        type=positive(int),
+        default=1,
+        metavar="N",
+        help="TensorFlow's and the block kernel's threads (default: 1, so the figures are per vCPU)",
+    )
+    circuits.add_argument(
+        "--efficiency-from",
+        metavar="JSON",
+        help="a runtimes.json: project at its qml_ray parallel efficiency with the most "
+        "workers (default: efficiency 1, ideal)",
+    )
     circuits.add_argument("--out", default="benchmarks/circuits", metavar="DIR", help="(default: benchmarks/circuits)")
     return parser.parse_args(argv)
 
@@ -116,10 +157,16 @@ def runtimes_main(args) -> None:
     pools = args.thread_pools or ["sized" if config.size_thread_pools else "default"]
     measured = runtimes.run_all(config, args.runtimes, args.workers, pools, args.rounds, args.run_timeout)
     results, ratios = report.summarize(measured["records"], measured["train_examples"], measured["test_examples"])
-    doc = {"config": {k: v for k, v in config_lib.asdict(config).items() if k not in ("storage", "workers")},
-           "machine_cpus": os.cpu_count(), "rounds": args.rounds, "train_examples": measured["train_examples"],
-           "test_examples": measured["test_examples"], "results": results, "ratios": ratios,
-           "records": measured["records"]}
+    doc = {
+        "config": {k: v for k, v in config_lib.asdict(config).items() if k not in ("storage", "workers")},
+        "machine_cpus": os.cpu_count(),
+        "rounds": args.rounds,
+        "train_examples": measured["train_examples"],
+        "test_examples": measured["test_examples"],
+        "results": results,
+        "ratios": ratios,
+        "records": measured["records"],
+    }
     folder = write_outputs(args.out, "runtimes", doc, report.markdown(doc))
     report.plot(doc, str(folder / "runtimes.png"))
     print(f"wrote {folder}/runtimes.json, runtimes.md and runtimes.png", flush=True)
@@ -137,8 +184,9 @@ def efficiency_from(path: str | None) -> tuple[float, str]:
     if not measured:
         raise UsageError(f"{path} has no qml_ray parallel efficiency (measure with the single runtime too)")
     best = max(measured, key=lambda r: (r["workers"], r["parallel_efficiency"]))
-    return best["parallel_efficiency"], (f"measured: qml_ray, {best['workers']} workers, "
-                                         f"{doc['config']['qubits']} qubits, on {doc['machine_cpus']} CPUs")
+    return best["parallel_efficiency"], (
+        f"measured: qml_ray, {best['workers']} workers, {doc['config']['qubits']} qubits, on {doc['machine_cpus']} CPUs"
+    )
 
 
 def circuits_main(args) -> None:
@@ -152,12 +200,20 @@ def circuits_main(args) -> None:
         count = args.circuits or circuits.default_circuits(qubits)
         print(f"timing {qubits} qubits, {count} circuits per batch ...", flush=True)
         probes.append(circuits.probe(qubits, count, args.threads))
-        print(f"    TFQ forward {probes[-1]['forward_seconds']:.4g} s/circuit, forward + gradient: TFQ "
-              f"{probes[-1]['tfq_forward_gradient_seconds']:.4g}, block {probes[-1]['block_forward_gradient_seconds']:.4g} "
-              f"s/circuit", flush=True)
+        probe = probes[-1]
+        print(
+            f"    forward: TFQ {probe['tfq_forward_seconds']:.4g}, block {probe['block_forward_seconds']:.4g} "
+            f"s/circuit; forward + gradient: TFQ {probe['tfq_forward_gradient_seconds']:.4g}, "
+            f"block {probe['block_forward_gradient_seconds']:.4g} s/circuit",
+            flush=True,
+        )
     headline = next((p for p in probes if p["qubits"] == circuits.HEADLINE.qubits), None)
-    doc = {"machine_cpus": os.cpu_count(), "threads": args.threads, "probes": probes,
-           "projection": circuits.project(headline, efficiency, source) if headline else None}
+    doc = {
+        "machine_cpus": os.cpu_count(),
+        "threads": args.threads,
+        "probes": probes,
+        "projection": circuits.project(headline, efficiency, source) if headline else None,
+    }
     folder = write_outputs(args.out, "circuits", doc, circuits.markdown(doc))
     print(f"wrote {folder}/circuits.json and circuits.md", flush=True)
 

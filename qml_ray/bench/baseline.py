@@ -27,10 +27,16 @@ def parse_args(argv=None):
     )
     cli.add_config_flags(parser)
     parser.add_argument("--name", help="run name (required); the run folder is <storage>/<name>")
-    parser.add_argument("--no-distribution", action="store_true",
-                        help="train in one process without a distribution strategy (needs --workers 1)")
-    parser.add_argument("--worker", metavar="RUN",
-                        help="(started by the command itself) be one worker of run folder RUN, as TF_CONFIG says")
+    parser.add_argument(
+        "--no-distribution",
+        action="store_true",
+        help="train in one process without a distribution strategy (needs --workers 1)",
+    )
+    parser.add_argument(
+        "--worker",
+        metavar="RUN",
+        help="(started by the command itself) be one worker of run folder RUN, as TF_CONFIG says",
+    )
     return parser.parse_args(argv)
 
 
@@ -46,8 +52,7 @@ def free_ports(count: int) -> list[int]:
 def tf_configs(ports: list[int]) -> list[str]:
     """The TF_CONFIG of each worker of a cluster on this machine's loopback at `ports`."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
-    return [json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-            for index in range(len(ports))]
+    return [json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}) for index in range(len(ports))]
 
 
 def launch(config: config_lib.Config, run: str, distributed: bool) -> None:

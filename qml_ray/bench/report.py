@@ -11,8 +11,15 @@ import statistics
 from qml_ray.bench.runtimes import POOLS, RUNTIMES
 
 COLORS = {"qml_ray": "tab:blue", "baseline": "tab:orange", "single": "grey"}
-RESULT_FIELDS = ("first_epoch_seconds", "steady_epoch_seconds", "examples_per_second", "circuits_per_second",
-                 "parallel_efficiency", "startup_seconds", "peak_memory_mb_per_worker")
+RESULT_FIELDS = (
+    "first_epoch_seconds",
+    "steady_epoch_seconds",
+    "examples_per_second",
+    "circuits_per_second",
+    "parallel_efficiency",
+    "startup_seconds",
+    "peak_memory_mb_per_worker",
+)
 
 
 def summarize(records: list[dict], train_examples: int, test_examples: int) -> tuple[list[dict], list[dict]]:
@@ -20,33 +27,42 @@ def summarize(records: list[dict], train_examples: int, test_examples: int) -> t
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         groups.setdefault((record["runtime"], record["workers"], record["thread_pools"]), []).append(record)
-    steady = {key: statistics.median(statistics.median(r["epoch_seconds"][1:]) for r in runs)
-              for key, runs in groups.items()}
+    steady = {
+        key: statistics.median(statistics.median(r["epoch_seconds"][1:]) for r in runs) for key, runs in groups.items()
+    }
     results = []
     for key in sorted(groups, key=lambda k: (RUNTIMES.index(k[0]), k[2], k[1])):
         (runtime, workers, pools), runs, seconds = key, groups[key], steady[key]
         single = steady.get(("single", 1, pools))
-        results.append({
-            "runtime": runtime, "workers": workers, "thread_pools": pools, "rounds": len(runs),
-            "first_epoch_seconds": statistics.median(r["epoch_seconds"][0] for r in runs),
-            "steady_epoch_seconds": seconds,
-            "examples_per_second": train_examples / seconds,  # training examples: forward + gradient
-            "circuits_per_second": (train_examples + test_examples) / seconds,  # and validation: forward
-            "parallel_efficiency": single / (workers * seconds) if single else None,
-            "startup_seconds": statistics.median(r["startup_seconds"] for r in runs),
-            "peak_memory_mb_per_worker": max(r["peak_memory_mb"] for r in runs),
-        })
+        results.append(
+            {
+                "runtime": runtime,
+                "workers": workers,
+                "thread_pools": pools,
+                "rounds": len(runs),
+                "first_epoch_seconds": statistics.median(r["epoch_seconds"][0] for r in runs),
+                "steady_epoch_seconds": seconds,
+                "examples_per_second": train_examples / seconds,  # training examples: forward + gradient
+                "circuits_per_second": (train_examples + test_examples) / seconds,  # and validation: forward
+                "parallel_efficiency": single / (workers * seconds) if single else None,
+                "startup_seconds": statistics.median(r["startup_seconds"] for r in runs),
+                "peak_memory_mb_per_worker": max(r["peak_memory_mb"] for r in runs),
+            }
+        )
     ratios = []
     for result in results:
         if result["runtime"] == "qml_ray":
             key = ("baseline", result["workers"], result["thread_pools"])
             baseline = next((r for r in results if (r["runtime"], r["workers"], r["thread_pools"]) == key), None)
             if baseline:
-                ratios.append({
-                    "workers": result["workers"], "thread_pools": result["thread_pools"],
-                    "epoch_seconds": result["steady_epoch_seconds"] / baseline["steady_epoch_seconds"],
-                    "startup_seconds": result["startup_seconds"] / baseline["startup_seconds"],
-                })
+                ratios.append(
+                    {
+                        "workers": result["workers"],
+                        "thread_pools": result["thread_pools"],
+                        "epoch_seconds": result["steady_epoch_seconds"] / baseline["steady_epoch_seconds"],
+                        "startup_seconds": result["startup_seconds"] / baseline["startup_seconds"],
+                    }
+                )
     return results, ratios
 
 
@@ -64,16 +80,22 @@ def markdown(doc: dict) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in doc["results"]:
-        efficiency = "–" if r["parallel_efficiency"] is None else f"{r['parallel_efficiency']:.2f}"
+        efficiency = "-" if r["parallel_efficiency"] is None else f"{r['parallel_efficiency']:.2f}"
         lines.append(
             f"| {r['runtime']} | {r['thread_pools']} | {r['workers']} | {r['first_epoch_seconds']:.2f} "
             f"| {r['steady_epoch_seconds']:.3f} | {r['examples_per_second']:.1f} | {r['circuits_per_second']:.1f} "
-            f"| {efficiency} | {r['startup_seconds']:.1f} | {r['peak_memory_mb_per_worker']:.0f} |")
+            f"| {efficiency} | {r['startup_seconds']:.1f} | {r['peak_memory_mb_per_worker']:.0f} |"
+        )
     if doc["ratios"]:
-        lines += ["", "| workers | thread pools | qml_ray / baseline: steady epoch | qml_ray / baseline: start-up |",
-                  "| ---: | --- | ---: | ---: |"]
-        lines += [f"| {r['workers']} | {r['thread_pools']} | {r['epoch_seconds']:.3f} | {r['startup_seconds']:.2f} |"
-                  for r in doc["ratios"]]
+        lines += [
+            "",
+            "| workers | thread pools | qml_ray / baseline: steady epoch | qml_ray / baseline: start-up |",
+            "| ---: | --- | ---: | ---: |",
+        ]
+        lines += [
+            f"| {r['workers']} | {r['thread_pools']} | {r['epoch_seconds']:.3f} | {r['startup_seconds']:.2f} |"
+            for r in doc["ratios"]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -92,27 +114,46 @@ def plot(doc: dict, path: str) -> None:
         suffix = f" ({pools} pools)" if len(variants) > 1 else ""
         single = next((r for r in results if r["runtime"] == "single" and r["thread_pools"] == pools), None)
         if single:
-            times.axhline(single["steady_epoch_seconds"], linestyle=line, color=COLORS["single"],
-                          label=f"single{suffix}")
+            times.axhline(
+                single["steady_epoch_seconds"], linestyle=line, color=COLORS["single"], label=f"single{suffix}"
+            )
             workers = range(1, most + 1)
-            times.plot(workers, [single["steady_epoch_seconds"] / n for n in workers], ":", color=COLORS["single"],
-                       label=f"ideal: single / workers{suffix}")
+            times.plot(
+                workers,
+                [single["steady_epoch_seconds"] / n for n in workers],
+                ":",
+                color=COLORS["single"],
+                label=f"ideal: single / workers{suffix}",
+            )
             efficiency.plot([1], [1.0], marker, fillstyle=fill, color=COLORS["single"], label=f"single{suffix}")
         for runtime in ("qml_ray", "baseline"):
             series = [r for r in results if r["runtime"] == runtime and r["thread_pools"] == pools]
-            style = {"marker": marker, "linestyle": line, "fillstyle": fill, "color": COLORS[runtime],
-                     "label": f"{runtime}{suffix}"}
+            style = {
+                "marker": marker,
+                "linestyle": line,
+                "fillstyle": fill,
+                "color": COLORS[runtime],
+                "label": f"{runtime}{suffix}",
+            }
             if series:
                 workers = [r["workers"] for r in series]
                 times.plot(workers, [r["steady_epoch_seconds"] for r in series], **style)
                 if series[0]["parallel_efficiency"] is not None:
                     efficiency.plot(workers, [r["parallel_efficiency"] for r in series], **style)
     config = doc["config"]
-    times.set(xlabel="workers", ylabel="steady-state epoch (s)", ylim=(0, times.get_ylim()[1] * 1.1),
-              title=f"{config['qubits']} qubits, {doc['train_examples'] + doc['test_examples']} examples")
+    times.set(
+        xlabel="workers",
+        ylabel="steady-state epoch (s)",
+        ylim=(0, times.get_ylim()[1] * 1.1),
+        title=f"{config['qubits']} qubits, {doc['train_examples'] + doc['test_examples']} examples",
+    )
     efficiency.axhline(1.0, color="black", linewidth=0.5)
-    efficiency.set(xlabel="workers", ylabel="parallel efficiency", ylim=(0, 1.2),
-                   title=f"T_single / (workers x T_workers), {doc['machine_cpus']} CPUs")
+    efficiency.set(
+        xlabel="workers",
+        ylabel="parallel efficiency",
+        ylim=(0, 1.2),
+        title=f"T_single / (workers x T_workers), {doc['machine_cpus']} CPUs",
+    )
     for axes in (times, efficiency):
         axes.set(xticks=range(1, most + 1), xlim=(0.8, most + 0.2))
         if axes.get_legend_handles_labels()[0]:

@@ -43,8 +43,13 @@ class Case:
 def plan(runtimes: list[str], workers: list[int], pools: list[str], rounds: int) -> list[tuple[int, Case]]:
     """(round, case) in the order to run them: every round holds every case once; odd rounds
     run in reverse. The single process runs with one worker only."""
-    cases = [Case(runtime, n, pool) for n in workers for pool in pools for runtime in runtimes
-             if runtime != "single" or n == 1]
+    cases = [
+        Case(runtime, n, pool)
+        for n in workers
+        for pool in pools
+        for runtime in runtimes
+        if runtime != "single" or n == 1
+    ]
     if "single" in runtimes and 1 not in workers:
         cases = [Case("single", 1, pool) for pool in pools] + cases
     return [(r, case) for r in range(rounds) for case in (cases if r % 2 == 0 else cases[::-1])]
@@ -66,8 +71,17 @@ def measure(case: Case, config_path: Path, folder: Path, name: str, timeout: flo
     timings.mkdir(parents=True)
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local Ray of its own
     env.update({TIMINGS_ENV: str(timings), "PYTHONUNBUFFERED": "1"})
-    command = [sys.executable, "-m", *COMMANDS[case.runtime], "--config", str(config_path),
-               "--workers", str(case.workers), "--name", name]
+    command = [
+        sys.executable,
+        "-m",
+        *COMMANDS[case.runtime],
+        "--config",
+        str(config_path),
+        "--workers",
+        str(case.workers),
+        "--name",
+        name,
+    ]
     log = folder / f"{name}.log"
     launched = time.time()
     with open(log, "w") as out:
@@ -82,10 +96,13 @@ def measure(case: Case, config_path: Path, folder: Path, name: str, timeout: flo
     ranks = [json.loads(path.read_text()) for path in sorted(timings.glob("rank-*.json"))]
     if code != 0 or len(ranks) != case.workers:
         tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
-        raise SystemExit(f"error: {case} failed (exit status {code}, {len(ranks)} rank timings); "
-                         f"the end of its output:\n{tail}")
+        raise SystemExit(
+            f"error: {case} failed (exit status {code}, {len(ranks)} rank timings); the end of its output:\n{tail}"
+        )
     return {
-        "runtime": case.runtime, "workers": case.workers, "thread_pools": case.pools,
+        "runtime": case.runtime,
+        "workers": case.workers,
+        "thread_pools": case.pools,
         "epoch_seconds": [max(epochs) for epochs in zip(*(rank["epoch_seconds"] for rank in ranks))],
         "startup_seconds": max(rank["first_step_at"] for rank in ranks) - launched,
         "peak_memory_mb": max(rank["peak_memory_mb"] for rank in ranks),
@@ -99,8 +116,9 @@ def split_sizes(folder: Path, name: str) -> tuple[int, int]:
     return tuple(pq.read_metadata(storage.split_path(run, split)).num_rows for split in ("train", "test"))
 
 
-def run_all(config: config_lib.Config, runtimes: list[str], workers: list[int], pools: list[str],
-            rounds: int, timeout: float) -> dict:
+def run_all(
+    config: config_lib.Config, runtimes: list[str], workers: list[int], pools: list[str], rounds: int, timeout: float
+) -> dict:
     """Measure every case `rounds` times, interleaved; return the raw records and the split sizes."""
     steps = plan(runtimes, workers, pools, rounds)
     records = []
@@ -113,7 +131,10 @@ def run_all(config: config_lib.Config, runtimes: list[str], workers: list[int], 
             record = measure(case, configs[case.pools], folder, name, timeout)
             records.append({**record, "round": round_ + 1})
             epochs = record["epoch_seconds"]
-            print(f"    first epoch {epochs[0]:.2f} s, then {statistics.median(epochs[1:]):.2f} s/epoch "
-                  f"(median); start-up {record['startup_seconds']:.1f} s", flush=True)
+            print(
+                f"    first epoch {epochs[0]:.2f} s, then {statistics.median(epochs[1:]):.2f} s/epoch "
+                f"(median); start-up {record['startup_seconds']:.1f} s",
+                flush=True,
+            )
         train_examples, test_examples = split_sizes(folder, name)
     return {"records": records, "train_examples": train_examples, "test_examples": test_examples}

@@ -1,12 +1,13 @@
 """Block-fused adjoint gradients for TensorFlow Quantum circuits.
 
 `BlockAdjoint` is a `tfq.differentiators.Differentiator`: use it wherever TFQ takes one,
-e.g. `tfq.layers.PQC(circuit, readouts, differentiator=BlockAdjoint())`. The forward pass
-stays TFQ's; the gradient runs one backward sweep over the circuit fused into two-qubit
-blocks (see `kernel`), one circuit per thread across the batch.
+e.g. `tfq.layers.PQC(circuit, readouts, differentiator=BlockAdjoint())`. Both passes run on the
+circuit fused into two-qubit blocks (see `kernel`): the forward simulates it, the gradient runs one
+backward sweep over the blocks; one circuit per thread across the batch.
 """
 
 import concurrent.futures
+import functools
 import os
 
 import numpy as np
@@ -26,17 +27,46 @@ def default_threads() -> int:
     return int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0) or len(os.sched_getaffinity(0))
 
 
+@functools.lru_cache(maxsize=8192)
+def readout_arrays(pauli_sums: tuple, qubit_index: tuple) -> tuple:
+    """The terms of a circuit's readouts as the kernel takes them: readout, coefficient, flip mask,
+    sign mask, Y count."""
+    terms = [(op, *term) for op, pauli_sum in enumerate(pauli_sums) for term in readout_terms(pauli_sum, qubit_index)]
+    columns = list(zip(*terms)) if terms else [()] * 5
+    return tuple(
+        np.array(column, dtype) for column, dtype in zip(columns, (np.int64, np.float64, np.int64, np.int64, np.int64))
+    )
+
+
+def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple:
+    """A circuit's plan and readouts as arrays for `kernel.circuit_expectations` / `circuit_gradient`."""
+    circuit = plan(program, names)
+    return circuit.arrays(), readout_arrays(tuple(pauli_sums), tuple(circuit.qubit_index.items()))
+
+
 class BlockAdjoint(tfq.differentiators.Differentiator):
-    """Adjoint gradients over fused two-qubit blocks, on `threads` threads (default: `default_threads()`)."""
+    """Expectations and their adjoint gradients over fused two-qubit blocks, on `threads` threads
+    (default: `default_threads()`)."""
 
     def __init__(self, threads: int | None = None):
         self.threads = threads or default_threads()
         self._pool = None
 
     def generate_differentiable_op(self, *, sampled_op=None, analytic_op=None):
+        """The expectation op made differentiable; the forward is this class's own, not `analytic_op`."""
         if sampled_op is not None:
             raise ValueError("BlockAdjoint differentiates analytic expectations only")
-        return super().generate_differentiable_op(analytic_op=analytic_op)
+        return super().generate_differentiable_op(analytic_op=self.expectation_op_of_blocks)
+
+    def expectation_op_of_blocks(self, programs, symbol_names, symbol_values, pauli_sums):
+        expectations = tf.numpy_function(
+            self.expectations,
+            [programs, symbol_names, symbol_values, pauli_sums],
+            tf.float32,
+            stateful=False,
+            name="block_expectation",
+        )
+        return tf.reshape(expectations, tf.shape(pauli_sums))
 
     def get_gradient_circuits(self, programs, symbol_names, symbol_values):
         raise NotImplementedError("BlockAdjoint computes gradients from the state; it has no gradient circuits")
@@ -44,34 +74,48 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
     @differentiator.catch_empty_inputs
     @tf.function
     def differentiate_analytic(self, programs, symbol_names, symbol_values, pauli_sums, forward_pass_vals, grad):
-        gradient = tf.numpy_function(self.gradient, [programs, symbol_names, symbol_values, pauli_sums, grad],
-                                     tf.float32, stateful=False, name="block_adjoint_gradient")
+        gradient = tf.numpy_function(
+            self.gradient,
+            [programs, symbol_names, symbol_values, pauli_sums, grad],
+            tf.float32,
+            stateful=False,
+            name="block_adjoint_gradient",
+        )
         return tf.reshape(gradient, tf.shape(symbol_values))
 
-    def differentiate_sampled(self, programs, symbol_names, symbol_values, pauli_sums, num_samples,
-                              forward_pass_vals, grad):
+    def differentiate_sampled(
+        self, programs, symbol_names, symbol_values, pauli_sums, num_samples, forward_pass_vals, grad
+    ):
         raise NotImplementedError("BlockAdjoint differentiates analytic expectations only")
+
+    def expectations(self, programs, symbol_names, symbol_values, pauli_sums) -> np.ndarray:
+        """<psi|O|psi> of each circuit's readouts, as numpy arrays (batch-major)."""
+        names, values = self._names(symbol_names), symbol_values.astype(np.float64)
+        out = np.zeros(pauli_sums.shape, np.float64)
+
+        def one(row: int) -> None:
+            circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
+            kernel.circuit_expectations(*circuit, values[row], *readouts, out[row])
+
+        list(self.pool().map(one, range(len(programs))))
+        return out.astype(np.float32)
 
     def gradient(self, programs, symbol_names, symbol_values, pauli_sums, upstream) -> np.ndarray:
         """d/d symbol_values of sum(upstream * expectations), as numpy arrays (batch-major)."""
-        names = tuple(name.decode() for name in symbol_names)
-        values = symbol_values.astype(np.float64)
+        names, values = self._names(symbol_names), symbol_values.astype(np.float64)
         upstream = upstream.astype(np.float64)
         out = np.zeros(values.shape, np.float64)
 
         def one(row: int) -> None:
-            circuit = plan(programs[row], names)
-            qubit_ids = tuple(circuit.qubit_index.items())
-            terms = [(op, *term) for op, pauli_sum in enumerate(pauli_sums[row])
-                     for term in readout_terms(pauli_sum, qubit_ids)]
-            op, coef, flip, signs, y_count = (np.array(column) for column in zip(*terms)) if terms else [
-                np.zeros(0, np.int64)] * 5
-            kernel.circuit_gradient(*circuit.arrays(), values[row], op.astype(np.int64), coef.astype(np.float64),
-                                    flip.astype(np.int64), signs.astype(np.int64), y_count.astype(np.int64),
-                                    upstream[row], out[row])
+            circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
+            kernel.circuit_gradient(*circuit, values[row], *readouts, upstream[row], out[row])
 
         list(self.pool().map(one, range(len(programs))))
         return out.astype(np.float32)
+
+    @staticmethod
+    def _names(symbol_names) -> tuple:
+        return tuple(name.decode() for name in symbol_names)
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:

@@ -10,7 +10,7 @@ so threads run circuits side by side.
 import numba
 import numpy as np
 
-JIT = dict(nogil=True, cache=True, fastmath=True)
+JIT = {"nogil": True, "cache": True, "fastmath": True}
 
 
 @numba.njit(**JIT)
@@ -51,18 +51,36 @@ def scalars(u):
     """A 4x4 complex matrix as two row-major 16-tuples of float32: real and imaginary parts."""
     r = u.real.astype(np.float32).ravel()
     i = u.imag.astype(np.float32).ravel()
-    return ((r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]),
-            (i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14], i[15]))
+    return (
+        (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]),
+        (i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14], i[15]),
+    )
 
 
 @numba.njit(inline="always", **JIT)
 def row(mr, mi, r, x):
     """Row r of the matrix (mr, mi) times the 4 amplitudes x = (re0, im0, ..., re3, im3)."""
     k = 4 * r
-    yr = (mr[k] * x[0] - mi[k] * x[1] + mr[k + 1] * x[2] - mi[k + 1] * x[3]
-          + mr[k + 2] * x[4] - mi[k + 2] * x[5] + mr[k + 3] * x[6] - mi[k + 3] * x[7])
-    yi = (mr[k] * x[1] + mi[k] * x[0] + mr[k + 1] * x[3] + mi[k + 1] * x[2]
-          + mr[k + 2] * x[5] + mi[k + 2] * x[4] + mr[k + 3] * x[7] + mi[k + 3] * x[6])
+    yr = (
+        mr[k] * x[0]
+        - mi[k] * x[1]
+        + mr[k + 1] * x[2]
+        - mi[k + 1] * x[3]
+        + mr[k + 2] * x[4]
+        - mi[k + 2] * x[5]
+        + mr[k + 3] * x[6]
+        - mi[k + 3] * x[7]
+    )
+    yi = (
+        mr[k] * x[1]
+        + mi[k] * x[0]
+        + mr[k + 1] * x[3]
+        + mi[k + 1] * x[2]
+        + mr[k + 2] * x[5]
+        + mi[k + 2] * x[4]
+        + mr[k + 3] * x[7]
+        + mi[k + 3] * x[6]
+    )
     return yr, yi
 
 
@@ -70,10 +88,16 @@ def row(mr, mi, r, x):
 def accumulate_row(acc, p, x):
     """acc += p conj(x_c) for c = 0..3, in double precision (acc: 4 complex as 8 floats; p, x_c: (re, im))."""
     pr, pi = np.float64(p[0]), np.float64(p[1])
-    return (acc[0] + pr * x[0][0] + pi * x[0][1], acc[1] + pi * x[0][0] - pr * x[0][1],
-            acc[2] + pr * x[1][0] + pi * x[1][1], acc[3] + pi * x[1][0] - pr * x[1][1],
-            acc[4] + pr * x[2][0] + pi * x[2][1], acc[5] + pi * x[2][0] - pr * x[2][1],
-            acc[6] + pr * x[3][0] + pi * x[3][1], acc[7] + pi * x[3][0] - pr * x[3][1])
+    return (
+        acc[0] + pr * x[0][0] + pi * x[0][1],
+        acc[1] + pi * x[0][0] - pr * x[0][1],
+        acc[2] + pr * x[1][0] + pi * x[1][1],
+        acc[3] + pi * x[1][0] - pr * x[1][1],
+        acc[4] + pr * x[2][0] + pi * x[2][1],
+        acc[5] + pi * x[2][0] - pr * x[2][1],
+        acc[6] + pr * x[3][0] + pi * x[3][1],
+        acc[7] + pi * x[3][0] - pr * x[3][1],
+    )
 
 
 VECTOR_BITS = 4  # a block whose lower qubit is at least this bit runs over contiguous runs of >= 16 amplitudes
@@ -97,8 +121,7 @@ def mix(views, j, mr, mi):
 def mix_group(state, index, mr, mi):
     """Apply the matrix (mr, mi) to the amplitudes state[:, index[r]]; returns them after, as 4 (re, im)."""
     re, im = state[0], state[1]
-    x = (re[index[0]], im[index[0]], re[index[1]], im[index[1]], re[index[2]], im[index[2]], re[index[3]],
-         im[index[3]])
+    x = (re[index[0]], im[index[0]], re[index[1]], im[index[1]], re[index[2]], im[index[2]], re[index[3]], im[index[3]])
     q = (row(mr, mi, 0, x), row(mr, mi, 1, x), row(mr, mi, 2, x), row(mr, mi, 3, x))
     for r in range(4):
         re[index[r]], im[index[r]] = q[r]
@@ -112,8 +135,16 @@ def run_views(state, start, hi, lo):
     length, o1, o2 = 1 << min(hi, lo), start + (1 << lo), start + (1 << hi)
     o3 = o2 + (1 << lo)
     re, im = state[0], state[1]
-    return (re[start:start + length], im[start:start + length], re[o1:o1 + length], im[o1:o1 + length],
-            re[o2:o2 + length], im[o2:o2 + length], re[o3:o3 + length], im[o3:o3 + length])
+    return (
+        re[start : start + length],
+        im[start : start + length],
+        re[o1 : o1 + length],
+        im[o1 : o1 + length],
+        re[o2 : o2 + length],
+        im[o2 : o2 + length],
+        re[o3 : o3 + length],
+        im[o3 : o3 + length],
+    )
 
 
 @numba.njit(**JIT)
@@ -147,26 +178,34 @@ CHUNK = 256  # amplitudes per run summed in float32 before the transition matrix
 
 @numba.njit(inline="always", **JIT)
 def chunk_views(views, start, stop):
-    return (views[0][start:stop], views[1][start:stop], views[2][start:stop], views[3][start:stop],
-            views[4][start:stop], views[5][start:stop], views[6][start:stop], views[7][start:stop])
+    return (
+        views[0][start:stop],
+        views[1][start:stop],
+        views[2][start:stop],
+        views[3][start:stop],
+        views[4][start:stop],
+        views[5][start:stop],
+        views[6][start:stop],
+        views[7][start:stop],
+    )
 
 
 @numba.njit(inline="always", **JIT)
-def add_transition(total, p, l):
-    """total[r] += sum_j p_r[j] conj(l_c[j]) for c = 0..3 (re, im interleaved), summed in float32."""
+def add_transition(total, p, q):
+    """total[r] += sum_j p_r[j] conj(q_c[j]) for c = 0..3 (re, im interleaved), summed in float32."""
     for r in range(4):
         pr, pi = p[2 * r], p[2 * r + 1]
         s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
         for j in range(pr.shape[0]):
             a, b = pr[j], pi[j]
-            s0 += a * l[0][j] + b * l[1][j]
-            s1 += b * l[0][j] - a * l[1][j]
-            s2 += a * l[2][j] + b * l[3][j]
-            s3 += b * l[2][j] - a * l[3][j]
-            s4 += a * l[4][j] + b * l[5][j]
-            s5 += b * l[4][j] - a * l[5][j]
-            s6 += a * l[6][j] + b * l[7][j]
-            s7 += b * l[6][j] - a * l[7][j]
+            s0 += a * q[0][j] + b * q[1][j]
+            s1 += b * q[0][j] - a * q[1][j]
+            s2 += a * q[2][j] + b * q[3][j]
+            s3 += b * q[2][j] - a * q[3][j]
+            s4 += a * q[4][j] + b * q[5][j]
+            s5 += b * q[4][j] - a * q[5][j]
+            s6 += a * q[6][j] + b * q[7][j]
+            s7 += b * q[6][j] - a * q[7][j]
         total[r, 0] += s0
         total[r, 1] += s1
         total[r, 2] += s2
@@ -191,12 +230,12 @@ def unapply_with_transition(psi, lam, u, hi, lo):
                 psi_run, lam_run = run_views(psi, start, hi, lo), run_views(lam, start, hi, lo)
                 for first in range(0, psi_run[0].shape[0], CHUNK):
                     p = chunk_views(psi_run, first, first + CHUNK)
-                    l = chunk_views(lam_run, first, first + CHUNK)
+                    q = chunk_views(lam_run, first, first + CHUNK)
                     for j in range(p[0].shape[0]):
                         mix(p, j, mr, mi)
-                    for j in range(l[0].shape[0]):
-                        mix(l, j, mr, mi)
-                    add_transition(total, p, l)
+                    for j in range(q[0].shape[0]):
+                        mix(q, j, mr, mi)
+                    add_transition(total, p, q)
     else:
         zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         acc = (zero, zero, zero, zero)
@@ -205,8 +244,12 @@ def unapply_with_transition(psi, lam, u, hi, lo):
                 index = group_index(group, hi, lo)
                 q = mix_group(psi, index, mr, mi)
                 y = mix_group(lam, index, mr, mi)
-                acc = (accumulate_row(acc[0], q[0], y), accumulate_row(acc[1], q[1], y),
-                       accumulate_row(acc[2], q[2], y), accumulate_row(acc[3], q[3], y))
+                acc = (
+                    accumulate_row(acc[0], q[0], y),
+                    accumulate_row(acc[1], q[1], y),
+                    accumulate_row(acc[2], q[2], y),
+                    accumulate_row(acc[3], q[3], y),
+                )
         for r in range(4):
             for c in range(8):
                 total[r, c] += acc[r][c]
@@ -268,13 +311,24 @@ def relabel_bits(state, bit_map):
             continue
         for t in range(count):
             for plane in range(2):
-                buffer[plane, t] = state[plane, start + at_high[t]:start + at_high[t] + width]
+                buffer[plane, t] = state[plane, start + at_high[t] : start + at_high[t] + width]
         for t in range(count):  # chunk t's part with low bits u goes to chunk u's part with low bits t
             for u in range(count):
                 source, target = at_low[u], start + at_high[u] + at_low[t]
                 for rest in rests:
                     state[0, target + rest] = buffer[0, t, source + rest]
                     state[1, target + rest] = buffer[1, t, source + rest]
+
+
+@numba.njit(**JIT)
+def pauli_expectation(state, flip, signs, y_count):
+    """<state| P |state> for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`' (in double)."""
+    total = 0.0 + 0.0j
+    for i in range(state.shape[1]):
+        sign = -1.0 if parity(i & signs) else 1.0
+        j = i ^ flip
+        total += sign * complex(state[0, j], -state[1, j]) * complex(state[0, i], state[1, i])
+    return (total * 1j ** (y_count % 4)).real
 
 
 @numba.njit(**JIT)
@@ -290,8 +344,55 @@ def simulate(qubits, block_qubits, relabel, bit_maps, blocks):
 
 
 @numba.njit(**JIT)
-def circuit_gradient(qubits, block_qubits, relabel, bit_maps, block_start, kind, symbol, coef, const, kind_eig,
-                     kind_proj, values, term_op, term_coef, term_flip, term_signs, term_y, upstream, grad):
+def circuit_expectations(
+    qubits,
+    block_qubits,
+    relabel,
+    bit_maps,
+    block_start,
+    kind,
+    symbol,
+    coef,
+    const,
+    kind_eig,
+    kind_proj,
+    values,
+    term_op,
+    term_coef,
+    term_flip,
+    term_signs,
+    term_y,
+    out,
+):
+    """out[k] += <psi|O_k|psi>, psi the circuit's state, O_k as in circuit_gradient."""
+    _, blocks = block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values)
+    psi = simulate(qubits, block_qubits, relabel, bit_maps, blocks)
+    for t in range(term_op.shape[0]):
+        out[term_op[t]] += term_coef[t] * pauli_expectation(psi, term_flip[t], term_signs[t], term_y[t])
+
+
+@numba.njit(**JIT)
+def circuit_gradient(
+    qubits,
+    block_qubits,
+    relabel,
+    bit_maps,
+    block_start,
+    kind,
+    symbol,
+    coef,
+    const,
+    kind_eig,
+    kind_proj,
+    values,
+    term_op,
+    term_coef,
+    term_flip,
+    term_signs,
+    term_y,
+    upstream,
+    grad,
+):
     """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi>, psi the circuit's state.
 
     O_k is the sum of the terms t with term_op[t] == k: term_coef[t] times a Pauli string (on the bits

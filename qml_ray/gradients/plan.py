@@ -54,8 +54,19 @@ class Plan:
     qubit_index: dict  # serialized qubit id -> its bit at the end of the circuit
 
     def arrays(self) -> tuple:
-        return (self.qubits, self.block_qubits, self.relabel, self.bit_maps, self.block_start, self.kind, self.symbol, self.coef, self.const,
-                self.kind_eig, self.kind_proj)
+        return (
+            self.qubits,
+            self.block_qubits,
+            self.relabel,
+            self.bit_maps,
+            self.block_start,
+            self.kind,
+            self.symbol,
+            self.coef,
+            self.const,
+            self.kind_eig,
+            self.kind_proj,
+        )
 
 
 def plan(program: bytes, symbol_names: tuple) -> Plan:
@@ -68,8 +79,7 @@ def plan(program: bytes, symbol_names: tuple) -> Plan:
 def _plan(program: bytes, symbol_names: tuple) -> Plan:
     proto = program_pb2.Program.FromString(program)
     ops = [op for moment in proto.circuit.moments for op in moment.operations]
-    ids = sorted({q.id for op in ops for q in op.qubits} | {q for op in ops for q in _controls(op)[0]},
-                 key=_qubit_key)
+    ids = sorted({q.id for op in ops for q in op.qubits} | {q for op in ops for q in _controls(op)[0]}, key=_qubit_key)
     index = {q: i for i, q in enumerate(ids)}
     factors = [factor for op in ops for factor in _op_factors(op, index)]
     names = {name: i for i, name in enumerate(symbol_names)}
@@ -114,7 +124,7 @@ def _scaled(param: tuple, by: float) -> tuple:
     return const * by, coef * by, symbol
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _eigen(gate_type, global_shift: float = 0.0) -> tuple[tuple, tuple]:
     components = gate_type(exponent=1.0, global_shift=global_shift)._eigen_components()
     return tuple(h + global_shift for h, _ in components), tuple(np.asarray(p) for _, p in components)
@@ -134,22 +144,32 @@ def _gate_factors(op) -> list[tuple[tuple[int, ...], tuple, tuple, tuple]]:
         return [(tuple(range(len(op.qubits))), *_eigen(EIGEN_GATES[gate], shift), _arg(op, "exponent"))]
     if gate == "PXP":  # Z^-p, X^t (with the global shift), Z^p
         phase, shift = _arg(op, "phase_exponent"), op.args["global_shift"].arg_value.float_value
-        return [((0,), *_eigen(cirq.ZPowGate), _scaled(phase, -1)),
-                ((0,), *_eigen(cirq.XPowGate, shift), _arg(op, "exponent")),
-                ((0,), *_eigen(cirq.ZPowGate), phase)]
+        return [
+            ((0,), *_eigen(cirq.ZPowGate), _scaled(phase, -1)),
+            ((0,), *_eigen(cirq.XPowGate, shift), _arg(op, "exponent")),
+            ((0,), *_eigen(cirq.ZPowGate), phase),
+        ]
     if gate == "PISP":  # Z^p (x) Z^-p, ISWAP^t (with the global shift), Z^-p (x) Z^p
         phase, shift = _arg(op, "phase_exponent"), op.args["global_shift"].arg_value.float_value
         z = _eigen(cirq.ZPowGate)
-        return [((0,), *z, phase), ((1,), *z, _scaled(phase, -1)),
-                ((0, 1), *_eigen(cirq.ISwapPowGate, shift), _arg(op, "exponent")),
-                ((0,), *z, _scaled(phase, -1)), ((1,), *z, phase)]
+        return [
+            ((0,), *z, phase),
+            ((1,), *z, _scaled(phase, -1)),
+            ((0, 1), *_eigen(cirq.ISwapPowGate, shift), _arg(op, "exponent")),
+            ((0,), *z, _scaled(phase, -1)),
+            ((1,), *z, phase),
+        ]
     if gate == "FSIM":  # ISWAP^(-2 theta / pi), then CZ^(-phi / pi): they commute
-        return [((0, 1), *_eigen(cirq.ISwapPowGate), _scaled(_arg(op, "theta"), -2 / np.pi)),
-                ((0, 1), *_eigen(cirq.CZPowGate), _scaled(_arg(op, "phi"), -1 / np.pi))]
+        return [
+            ((0, 1), *_eigen(cirq.ISwapPowGate), _scaled(_arg(op, "theta"), -2 / np.pi)),
+            ((0, 1), *_eigen(cirq.CZPowGate), _scaled(_arg(op, "phi"), -1 / np.pi)),
+        ]
     if gate == "I":
         return []
-    raise UnsupportedGate(f"the block differentiator cannot differentiate gate {_gate_name(op)} (a channel or an "
-                          f"unknown gate): use the tfq differentiator")
+    raise UnsupportedGate(
+        f"the block differentiator cannot differentiate gate {_gate_name(op)} (a channel or an "
+        f"unknown gate): use the tfq differentiator"
+    )
 
 
 def _gate_name(op) -> str:
@@ -161,16 +181,18 @@ def _op_factors(op, index: dict) -> list[Factor]:
     controls, control_values = _controls(op)
     targets = [q.id for q in op.qubits]
     if len(controls) + len(targets) > 2:
-        raise UnsupportedGate(f"the block differentiator cannot differentiate gate {_gate_name(op)} on "
-                              f"{len(controls) + len(targets)} qubits (only one- and two-qubit gates): use the tfq "
-                              f"differentiator")
+        raise UnsupportedGate(
+            f"the block differentiator cannot differentiate gate {_gate_name(op)} on "
+            f"{len(controls) + len(targets)} qubits (only one- and two-qubit gates): use the tfq "
+            f"differentiator"
+        )
     factors = []
     for positions, eig, proj, (const, coef, symbol) in _gate_factors(op):
         qubits = tuple(index[targets[p]] for p in positions)
         if controls:  # |v><v| (x) U(e) + |not v><not v| (x) I, the control the more significant
             on = np.diag([1.0 - control_values[0], float(control_values[0])])
-            eig, proj = eig + (0.0,), tuple(np.kron(on, p) for p in proj) + (np.kron(np.eye(2) - on, np.eye(2)),)
-            qubits = (index[controls[0]],) + qubits
+            eig, proj = (*eig, 0.0), (*(np.kron(on, p) for p in proj), np.kron(np.eye(2) - on, np.eye(2)))
+            qubits = (index[controls[0]], *qubits)
         factors.append(Factor(qubits, eig, proj, const, coef, symbol))
     return factors
 
@@ -258,8 +280,9 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
                 kinds[key] = len(kind_eig)
                 kind_eig.append(eig)
                 kind_proj.append(proj)
-            rows.append((kinds[key], names[factor.symbol] if factor.symbol is not None else -1, factor.coef,
-                         factor.const))
+            rows.append(
+                (kinds[key], names[factor.symbol] if factor.symbol is not None else -1, factor.coef, factor.const)
+            )
         starts.append(len(rows))
     kind, symbol, coef, const = zip(*rows) if rows else ((), (), (), ())
     placed, relabel, bit_maps, final = _placement([pair for pair, _ in blocks], qubits)
@@ -269,8 +292,10 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
         relabel=np.array(relabel, np.int64),
         bit_maps=np.array(bit_maps, np.int64).reshape(-1, qubits),
         block_start=np.array(starts, np.int64),
-        kind=np.array(kind, np.int64), symbol=np.array(symbol, np.int64),
-        coef=np.array(coef, np.float64), const=np.array(const, np.float64),
+        kind=np.array(kind, np.int64),
+        symbol=np.array(symbol, np.int64),
+        coef=np.array(coef, np.float64),
+        const=np.array(const, np.float64),
         kind_eig=np.array(kind_eig, np.float64).reshape(-1, 4),
         kind_proj=np.array(kind_proj, np.complex128).reshape(-1, 4, 4, 4),
         qubit_index={q: final[i] for q, i in index.items()},
