@@ -37,7 +37,7 @@ from qml_ray.gradients import BlockAdjoint
 
 tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
 
-BLOCK_FROM_QUBITS = 14  # forward + gradient per circuit, one thread: TFQ 1.26x faster at 12 qubits, block 1.5x at 16
+BLOCK_FROM_QUBITS = 14  # one thread: the block forward measured slower than TFQ's below 16 qubits (BENCHMARKS.md, 4)
 CONV_PARAMS = 15
 POOL_PARAMS = 6
 
