@@ -4,8 +4,9 @@ Keras calls callbacks in list order, and each per-epoch one reads what those bef
 recorded: EpochClock times the epoch, MetricsHistory makes the epoch's row from that and
 Keras's metrics, then on rank 0 ConsoleLine prints the row, TensorBoardLog writes it to
 the TensorBoard logs and RunLogs publishes metrics.csv and those logs to the run folder,
-and under Ray Train RayReport reports it, with a checkpoint when one is due. StepProfiler
-(rank 0, before the others) and Timings (the benchmark's, last) stand apart.
+and under Ray Train RayReport reports it, with a checkpoint when one is due (or a node is
+draining). ProgressLine (rank 0: lines within long epochs), StepProfiler (rank 0, before
+the others) and Timings (the benchmark's, last) stand apart.
 """
 
 import csv
@@ -18,12 +19,14 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import ray.train
 import tensorflow as tf
 
 from qml_ray import storage
 from qml_ray.config import Config
 
+PROGRESS_SECONDS = 30  # the shortest time between two of an epoch's progress lines
 HISTORY_FIELDS = (
     "epoch",
     "loss",
@@ -90,15 +93,50 @@ class ConsoleLine(tf.keras.callbacks.Callback):
         sys.stdout.flush()
 
 
+class ProgressLine(tf.keras.callbacks.Callback):
+    """Within a long epoch, a line on stdout at most every `interval` seconds, in the epoch
+    lines' style: training steps done of the epoch's `steps`, circuits/s so far, and the seconds
+    the epoch's training steps have left at that pace (validation comes after)."""
+
+    def __init__(self, epochs: int, steps: int, train_examples: int, interval: float = PROGRESS_SECONDS):
+        super().__init__()
+        self.epochs, self.steps, self.train_examples, self.interval = epochs, steps, train_examples, interval
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch, self.started = epoch, time.perf_counter()
+        self.last_line = self.started
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if now - self.last_line < self.interval:
+            return
+        self.last_line, done, elapsed = now, batch + 1, now - self.started
+        left = self.params["steps"] - done  # fewer steps than `steps` in an epoch resumed mid-way
+        sys.stdout.write(
+            f"epoch {self.epoch + 1}/{self.epochs}  step {self.steps - left}/{self.steps}  "
+            f"{self.train_examples / self.steps * done / elapsed:.3g} circuits/s  "
+            f"{elapsed / done * left:.0f}s of training left in the epoch\n"
+        )
+        sys.stdout.flush()
+
+
 class TensorBoardLog(tf.keras.callbacks.Callback):
     """Per epoch, into the TensorBoard logs at `logdir`: the row's metrics as scalars, and a
-    histogram of the QCNN's readouts (`readouts`, its quantum part) on the test circuits."""
+    histogram of the QCNN's readouts on this worker's `circuits` validation circuits, taken from
+    the validation pass itself (model.HybridQCNN hands them over): no simulation of its own, so
+    the other workers never wait for it. The shard repeats unshuffled, so its first `circuits`
+    readouts hold each of its circuits once."""
 
-    def __init__(self, history: MetricsHistory, logdir: str, readouts: tf.keras.Model, test_table):
+    def __init__(self, history: MetricsHistory, logdir: str, circuits: int):
         super().__init__()
-        self.history, self.readouts = history, readouts
-        self.test_circuits = tf.constant(test_table.column("circuit").to_pylist(), dtype=tf.string)
+        self.history, self.circuits, self.readouts = history, circuits, []
         self.writer = tf.summary.create_file_writer(logdir)
+
+    def on_test_begin(self, logs=None):
+        self.readouts = []
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.readouts.append(logs["readouts"])
 
     def on_epoch_end(self, epoch, logs=None):
         row = self.history.latest
@@ -106,7 +144,7 @@ class TensorBoardLog(tf.keras.callbacks.Callback):
             for key, value in row.items():
                 if key not in ("epoch", "finished_at"):
                     tf.summary.scalar(key, value)
-            tf.summary.histogram("qcnn_readout", self.readouts(self.test_circuits))
+            tf.summary.histogram("qcnn_readout", np.concatenate(self.readouts)[: self.circuits])
         self.writer.flush()
 
 
@@ -140,30 +178,51 @@ def history_csv(rows: list[dict]) -> str:
 
 class RayReport(tf.keras.callbacks.Callback):
     """Ray Train: each epoch's row reported (and so shown by the dashboard), with a checkpoint
-    every `checkpoint_every` epochs and at the last. Every rank saves its weights, optimizer
-    state and history (Keras synchronises metric variables while saving under the strategy);
-    rank 0, the one given its TensorBoard `logdir`, adds those logs and hands its checkpoint
-    to Ray Train."""
+    every `checkpoint_every` epochs and at the last, and one at the first step boundary after
+    Ray Train sees a node of the run draining (a spot VM's reclaim notice), so the restart
+    continues from that step. Every rank saves its weights, optimizer state and history (Keras
+    synchronises metric variables while saving under the strategy); rank 0, the one given its
+    TensorBoard `logdir`, adds those logs and hands its checkpoint to Ray Train."""
 
-    def __init__(self, history: MetricsHistory, config: Config, logdir: str | None):
+    def __init__(self, history: MetricsHistory, config: Config, logdir: str | None, steps: int):
         super().__init__()
-        self.history, self.config, self.logdir = history, config, logdir
+        self.history, self.config, self.logdir, self.steps = history, config, logdir, steps
+        self.drained = self.drain_due = False  # a drain was seen; its checkpoint waits for the epoch's end
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        # A barrier: every rank asks at every step boundary, and all get rank 0's answer.
+        if ray.train.get_preemption_info() is None or self.drained:
+            return
+        self.drained = True
+        step = self.steps - self.params["steps"] + batch + 1  # an epoch resumed mid-way has fewer steps
+        if step == self.steps:  # the epoch's last step: checkpoint the whole epoch at its end
+            self.drain_due = True
+        else:
+            self.save({"epoch": self.epoch, "step": step}, self.epoch, step)
 
     def on_epoch_end(self, epoch, logs=None):
         row = self.history.latest
-        due = row["epoch"] % self.config.checkpoint_every == 0 or row["epoch"] == self.config.epochs
-        if not due:
+        due = row["epoch"] % self.config.checkpoint_every == 0 or row["epoch"] == self.config.epochs or self.drain_due
+        self.drain_due = False
+        if due:
+            self.save(row, row["epoch"])
+        else:
             ray.train.report(row)
-            return
+
+    def save(self, metrics: dict, epochs: int, step: int = 0) -> None:
+        """Report `metrics` with a checkpoint taken after `epochs` epochs and `step` steps of the next."""
         with tempfile.TemporaryDirectory() as folder:
             self.model.save_weights(os.path.join(folder, storage.WEIGHTS_PREFIX))
             with open(os.path.join(folder, storage.STATE_FILE), "w") as f:
-                json.dump({"epoch": row["epoch"], "history": self.history.rows}, f)
+                json.dump({"epoch": epochs, "step": step, "history": self.history.rows}, f)
             checkpoint = None
             if self.logdir:
                 shutil.make_archive(os.path.join(folder, storage.SUMMARIES.removesuffix(".zip")), "zip", self.logdir)
                 checkpoint = ray.train.Checkpoint.from_directory(folder)
-            ray.train.report(row, checkpoint=checkpoint, checkpoint_dir_name=storage.checkpoint_name(row["epoch"]))
+            ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=storage.checkpoint_name(epochs, step))
 
 
 class StepProfiler(tf.keras.callbacks.Callback):
@@ -199,25 +258,54 @@ class StepProfiler(tf.keras.callbacks.Callback):
 
 class Timings(tf.keras.callbacks.Callback):
     """For the benchmark: when the first training step started (Unix time), each epoch's
-    seconds and the process's peak memory, written as JSON to `path` when training ends."""
+    seconds and the process's peak memory, written as JSON to `path` when training ends. Each
+    epoch is split too: its training steps (each from just before Keras runs it to after every
+    callback's end-of-step work, this one being last), its validation, and the end-of-epoch
+    work of the other callbacks; the rest is Keras's own between steps."""
+
+    PHASES = ("step_seconds", "validation_seconds", "epoch_end_seconds")
 
     def __init__(self, path: str):
         super().__init__()
         self.path, self.first_step_at, self.epoch_seconds = path, None, []
+        self.phases = {phase: [] for phase in self.PHASES}
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.first_step_at is None:
             self.first_step_at = time.time()
+        self.step_started = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += time.perf_counter() - self.step_started
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.started = time.perf_counter()
+        self.started, self.steps = time.perf_counter(), 0.0
+
+    def on_test_begin(self, logs=None):
+        self.validation_started = time.perf_counter()
+
+    def on_test_end(self, logs=None):
+        self.validation_ended = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.epoch_seconds.append(time.perf_counter() - self.started)
+        ended = time.perf_counter()
+        self.epoch_seconds.append(ended - self.started)
+        for phase, seconds in zip(
+            self.PHASES,
+            (self.steps, self.validation_ended - self.validation_started, ended - self.validation_ended),
+            strict=True,
+        ):
+            self.phases[phase].append(seconds)
 
     def on_train_end(self, logs=None):
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
         with open(self.path, "w") as f:
             json.dump(
-                {"first_step_at": self.first_step_at, "epoch_seconds": self.epoch_seconds, "peak_memory_mb": peak_mb}, f
+                {
+                    "first_step_at": self.first_step_at,
+                    "epoch_seconds": self.epoch_seconds,
+                    **self.phases,
+                    "peak_memory_mb": peak_mb,
+                },
+                f,
             )

@@ -118,6 +118,12 @@ def doc(key: str) -> str:
     return FIELDS[key].metadata["doc"]
 
 
+def split_sizes(config: Config) -> tuple[int, int]:
+    """The number of training and of test examples."""
+    n_test = max(1, round(config.examples * config.test_fraction))
+    return config.examples - n_test, n_test
+
+
 def max_layers(qubits: int) -> int:
     """Conv + pool layers that fit: each pooling keeps ceil(n/2) qubits, a conv needs 2."""
     layers = 0

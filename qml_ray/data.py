@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_quantum as tfq
 
 from qml_ray import storage
-from qml_ray.config import Config
+from qml_ray.config import Config, split_sizes
 from qml_ray.model import qubits_for
 
 SPLITS = ("train", "test")
@@ -36,12 +36,6 @@ def generate(config: Config) -> dict[str, pa.Table]:
     )
     n_train = split_sizes(config)[0]
     return {"train": table.slice(0, n_train), "test": table.slice(n_train)}
-
-
-def split_sizes(config: Config) -> tuple[int, int]:
-    """The number of training and of test examples."""
-    n_test = max(1, round(config.examples * config.test_fraction))
-    return config.examples - n_test, n_test
 
 
 def write(config: Config, run: str) -> None:

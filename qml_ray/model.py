@@ -142,7 +142,7 @@ def build_model(config: Config) -> tf.keras.Model:
     )(prepared)
     hidden = tf.keras.layers.Dense(8, activation=config.hidden_activation, name="dense_hidden")(readouts)
     output = tf.keras.layers.Dense(1, name="dense_output")(hidden)
-    model = tf.keras.Model(inputs=excitations, outputs=output, name="hybrid_qcnn")
+    model = HybridQCNN(excitations, output, readouts)
     model.compile(
         optimizer=tf.keras.optimizers.Adam(learning_rate=config.learning_rate),
         loss=tf.keras.losses.MeanSquaredError(),
@@ -151,6 +151,19 @@ def build_model(config: Config) -> tf.keras.Model:
     return model
 
 
-def readout_model(model: tf.keras.Model) -> tf.keras.Model:
-    """The quantum part alone: circuits in, Z expectation values out."""
-    return tf.keras.Model(inputs=model.inputs, outputs=model.get_layer("qcnn").output)
+class HybridQCNN(tf.keras.Model):
+    """The functional hybrid model. Its evaluation step also hands the callbacks each batch's QCNN
+    readouts (`readouts` in on_test_batch_end's logs), from the same forward pass: the readout
+    histogram costs no simulation of its own. Step outputs are each worker's own
+    (`distribute_reduction_method` "first"): Keras would otherwise sum them across workers."""
+
+    def __init__(self, excitations, output, readouts):
+        super().__init__(inputs=excitations, outputs=output, name="hybrid_qcnn")
+        self.distribute_reduction_method = "first"
+        self.with_readouts = tf.keras.Model(inputs=excitations, outputs=[readouts, output])
+
+    def test_step(self, data):
+        x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
+        readouts, y_pred = self.with_readouts(x, training=False)
+        self.compute_loss(x, y, y_pred, sample_weight)
+        return {**self.compute_metrics(x, y, y_pred, sample_weight), "readouts": readouts}

@@ -1,5 +1,7 @@
 """Joining Ray and fitting work to it: the local default, an existing cluster, worker threads."""
 
+import atexit
+import math
 import os
 import time
 
@@ -55,6 +57,8 @@ def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout
         from ray.autoscaler.sdk import request_resources
 
         request_resources(bundles=[{"CPU": cpus_each}] * count)
+        atexit.unregister(withdraw_capacity_request)  # registered once, however often the command asks
+        atexit.register(withdraw_capacity_request)
         deadline = time.monotonic() + timeout
         while fits < count and time.monotonic() < deadline:
             print(f"waiting for the cluster to grow: {fits} of {count} {what} placeable", flush=True)
@@ -68,9 +72,46 @@ def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout
         )
 
 
+def withdraw_capacity_request() -> None:
+    """Withdraw what require_capacity asked the autoscaler for, when the command ends (however it
+    ends, short of being killed). Ray's autoscaler v2, KubeRay's default, keeps a request in the
+    GCS until another replaces it, and with it the nodes it brought, after the job is gone."""
+    if ray.is_initialized():  # runs before ray.shutdown: atexit calls the later-registered first
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[])
+
+
 def worker_env(cpus: int, size_pools: bool = True) -> dict:
     """Runtime env vars for a TensorFlow process given `cpus` CPUs: with `size_pools`, its thread
     pools sized to them, else TensorFlow's defaults (every core of the machine).
     (Importing TFQ starts TensorFlow, so the pools are sized by env var, not tf.config.)"""
     pools = {"TF_NUM_INTRAOP_THREADS": str(cpus), "TF_NUM_INTEROP_THREADS": str(cpus)} if size_pools else {}
     return {**job_env(), **pools}
+
+
+IDLE_THREADS_WARNING_SHARE = 0.1
+
+
+def idle_thread_share(circuits: int, batch_size: int, threads: int) -> float:
+    """Share of a worker's thread time left idle by its training steps over `circuits` circuits:
+    the simulators run one circuit per thread, in rounds, so 32 circuits on 15 threads take
+    3 rounds (15, 15 and 2 circuits) and leave 29% idle."""
+    steps = [min(batch_size, circuits - start) for start in range(0, circuits, batch_size)]
+    rounds = sum(math.ceil(step / threads) for step in steps)
+    return 1 - circuits / (rounds * threads)
+
+
+def thread_rounds_warning(train_examples: int, workers: int, batch_size: int, threads: int) -> str | None:
+    """A one-line warning when the largest worker shard's steps leave more than 10% of the
+    worker's `threads` idle, else None."""
+    circuits = math.ceil(train_examples / workers)
+    idle = idle_thread_share(circuits, batch_size, threads)
+    if idle <= IDLE_THREADS_WARNING_SHARE:
+        return None
+    per_step = min(batch_size, circuits)
+    return (
+        f"warning: {idle:.0%} of each worker's {threads} threads idle in training: a step's {per_step} circuits run "
+        f"one per thread, in {math.ceil(per_step / threads)} rounds; make the circuits per step (batch_size, or the "
+        f"{circuits} of a worker's shard) a multiple of cpus_per_worker"
+    )

@@ -72,9 +72,10 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts)
 
 
-def checkpoint_name(epoch: int) -> str:
-    """The folder, within checkpoints/, of the checkpoint taken after `epoch` epochs."""
-    return f"epoch-{epoch:05d}"
+def checkpoint_name(epoch: int, step: int = 0) -> str:
+    """The folder, within checkpoints/, of the checkpoint taken after `epoch` epochs (and `step`
+    steps of the next, for one taken on a node's drain notice)."""
+    return f"epoch-{epoch:05d}" + (f"-step-{step:05d}" if step else "")
 
 
 def split_path(run: str, split: str) -> str:

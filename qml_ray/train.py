@@ -120,6 +120,16 @@ def fit(config: config_lib.Config, run: str):
     return trainer.fit()
 
 
+def warn_idle_threads(config: config_lib.Config) -> None:
+    """One line on stderr when the config's steps leave over 10% of a worker's threads idle (only
+    when its thread pools are sized to its CPUs: else the node's cores decide)."""
+    if not config.size_thread_pools:
+        return
+    train = config_lib.split_sizes(config)[0]
+    if warning := runtime.thread_rounds_warning(train, config.workers, config.batch_size, config.cpus_per_worker):
+        print(warning, file=sys.stderr, flush=True)
+
+
 def failure_message(err: Exception, config: config_lib.Config) -> str:
     """One line on why training stopped."""
     from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
@@ -153,6 +163,7 @@ def main(argv=None) -> None:
             flush=True,
         )
         return
+    warn_idle_threads(config)
     runtime.connect(args.address)
     runtime.require_capacity(
         config.workers,

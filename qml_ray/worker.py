@@ -2,14 +2,16 @@
 
 Ray's TensorflowTrainer sets TF_CONFIG on every worker before this runs. Each worker
 trains on its own shard of the run's data set, reports every epoch to Ray Train and,
-every `checkpoint_every` epochs, saves weights, optimizer state, the metrics history and
-the TensorBoard logs as a Ray Train checkpoint (the per-epoch work: callbacks.py).
+every `checkpoint_every` epochs (and at the next step boundary when a node of the run is
+draining), saves weights, optimizer state, the metrics history and the TensorBoard logs as a
+Ray Train checkpoint (the per-epoch work: callbacks.py).
 """
 
 import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 
 import ray.train
@@ -20,6 +22,7 @@ from qml_ray.callbacks import (
     ConsoleLine,
     EpochClock,
     MetricsHistory,
+    ProgressLine,
     RayReport,
     RunLogs,
     StepProfiler,
@@ -67,7 +70,7 @@ def train_replica(
     if config.profiler_port:
         tf.profiler.experimental.server.start(config.profiler_port + local_rank)
     from qml_ray import data
-    from qml_ray.model import build_model, readout_model
+    from qml_ray.model import build_model
 
     train_table, test_table = data.read(run, "train"), data.read(run, "test")
 
@@ -87,43 +90,55 @@ def train_replica(
         model = build_model(config)
         model.optimizer.build(model.trainable_variables)  # so a checkpoint's slots restore now
     summaries_dir = tempfile.mkdtemp(prefix="tensorboard-") if rank == 0 else None
-    done, rows = restore(model, checkpoint, summaries_dir)
+    done, step, rows = restore(model, checkpoint, summaries_dir)
 
     clock = EpochClock()
     history = MetricsHistory(rows, clock, train_table.num_rows)
     callbacks = [clock, history]  # in this order: each callback reads what those before it recorded
     if rank == 0:
         callbacks += [
+            ProgressLine(config.epochs, train_steps, train_table.num_rows),
             ConsoleLine(history, config.epochs),
-            TensorBoardLog(history, summaries_dir, readout_model(model), test_table),
+            TensorBoardLog(history, summaries_dir, data.shard(test_table, rank, world_size).num_rows),
             RunLogs(history, run, summaries_dir),
         ]
     if ray_train:
-        callbacks.append(RayReport(history, config, summaries_dir))
+        callbacks.append(RayReport(history, config, summaries_dir, train_steps))
     profile_steps = config.profile_range()
     if rank == 0 and profile_steps:
         callbacks.insert(0, StepProfiler(profile_steps, summaries_dir))  # done before the logs publish
     if timings := os.environ.get(runtime.TIMINGS_ENV):
         callbacks.append(Timings(os.path.join(timings, f"rank-{rank}.json")))
-    model.fit(
-        train_set,
-        steps_per_epoch=train_steps,
-        validation_data=test_set,
-        validation_steps=test_steps,
-        epochs=config.epochs,
-        initial_epoch=done,
-        callbacks=callbacks,
-        verbose=0,
-    )
+
+    def fit(steps: int, first_epoch: int, end_epoch: int) -> None:
+        model.fit(
+            train_set,
+            steps_per_epoch=steps,
+            validation_data=test_set,
+            validation_steps=test_steps,
+            epochs=end_epoch,
+            initial_epoch=first_epoch,
+            callbacks=callbacks,
+            verbose=0,
+        )
+
+    if step:  # a checkpoint taken mid-epoch, on a drain notice: that epoch's remaining steps first
+        if rank == 0:
+            sys.stdout.write(f"resuming epoch {done + 1} at step {step + 1} of {train_steps} (a node drained)\n")
+            sys.stdout.flush()
+        fit(train_steps - step, done, done + 1)
+        done += 1
+    if done < config.epochs:
+        fit(train_steps, done, config.epochs)
 
 
 def restore(
     model: tf.keras.Model, checkpoint: ray.train.Checkpoint | None, summaries_dir: str | None
-) -> tuple[int, list[dict]]:
+) -> tuple[int, int, list[dict]]:
     """Load a checkpoint's weights and optimizer state, and (into `summaries_dir`, if given)
-    its TensorBoard logs; return its epochs done and metrics history."""
+    its TensorBoard logs; return its epochs done, steps done of the next and metrics history."""
     if checkpoint is None:
-        return 0, []
+        return 0, 0, []
     with tempfile.TemporaryDirectory() as folder:  # per worker: as_directory() is shared on a node
         checkpoint.to_directory(folder)
         model.load_weights(os.path.join(folder, storage.WEIGHTS_PREFIX))
@@ -131,4 +146,4 @@ def restore(
             state = json.load(f)
         if summaries_dir:
             shutil.unpack_archive(os.path.join(folder, storage.SUMMARIES), summaries_dir)
-    return state["epoch"], state["history"]
+    return state["epoch"], state.get("step", 0), state["history"]

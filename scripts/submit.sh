@@ -3,7 +3,7 @@
 # port-forward to its dashboard (also open in a browser at http://127.0.0.1:8265 meanwhile),
 # with Ray's token from the Secret KubeRay made for the cluster.
 #
-#   scripts/submit.sh python -m qml_ray.train --config configs/qcnn-23q.yaml --workers 32 \
+#   scripts/submit.sh python -m qml_ray.train --config configs/qcnn-23q.yaml --workers 47 \
 #       --storage gs://BUCKET/runs --name qcnn
 #
 # Environment: RAY_CLUSTER (the RayCluster's name; qcnn-cluster), NAMESPACE (qml-ray),

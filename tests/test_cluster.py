@@ -134,7 +134,7 @@ def as_pod(doc: dict, template: dict) -> dict:
 
 
 def test_checked_in_manifests_are_the_render_of_the_documented_defaults():
-    assert CHECKED_IN.read_text() == cluster.to_yaml(rendered("qcnn-23q", workers=32))
+    assert CHECKED_IN.read_text() == cluster.to_yaml(rendered("qcnn-23q"))
 
 
 @pytest.mark.parametrize("label, doc", RAY, ids=ids(RAY))
@@ -189,11 +189,11 @@ def test_operator_rules(label, doc):
 
 
 def test_training_job_runs_the_config_it_was_rendered_from():
-    docs = {(d["kind"], d["metadata"]["name"]): d for d in rendered("qcnn-23q", workers=32)}
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in rendered("qcnn-23q")}
     job = docs["RayJob", "qcnn-train"]
     entrypoint = job["spec"]["entrypoint"]
     assert entrypoint.startswith(
-        f"python -m qml_ray.train --config {cluster.IMAGE_HOME}/configs/qcnn-23q.yaml --workers 32 "
+        f"python -m qml_ray.train --config {cluster.IMAGE_HOME}/configs/qcnn-23q.yaml --workers 47 "
     )
     assert "--storage gs://my-project-qml-ray/runs" in entrypoint
     assert entrypoint.endswith("--name qcnn --resume")  # a retried job continues the run

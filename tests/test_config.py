@@ -12,7 +12,7 @@ from qml_ray.errors import UsageError
 from conftest import ROOT
 
 
-@pytest.mark.parametrize("name", ["smoke", "tutorial", "qcnn-23q", "bench-16q"])
+@pytest.mark.parametrize("name", ["smoke", "tutorial", "qcnn-23q", "bench-16q", "bench-20q"])
 def test_shipped_configs_load_as_written(name):
     path = ROOT / "configs" / f"{name}.yaml"
     written = yaml.safe_load(path.read_text())

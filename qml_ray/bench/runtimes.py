@@ -107,6 +107,7 @@ def measure(case: Case, config_path: Path, folder: Path, name: str, timeout: flo
         "startup_seconds": max(rank["first_step_at"] for rank in ranks) - launched,
         "peak_memory_mb": max(rank["peak_memory_mb"] for rank in ranks),
         "wall_seconds": wall,
+        "rank_timings": ranks,  # each rank's epochs split into steps, validation and end-of-epoch work
     }
 
 

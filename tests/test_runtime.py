@@ -1,0 +1,41 @@
+"""Thread rounds: the share of a worker's threads its steps leave idle, and the warning about it."""
+
+from pathlib import Path
+
+import pytest
+
+from qml_ray import config as config_lib, runtime
+from qml_ray.train import warn_idle_threads
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "circuits, batch, threads, idle",
+    [
+        (32, 32, 15, 1 - 32 / 45),  # 3 rounds: 15, 15, 2
+        (22, 32, 15, 1 - 22 / 30),  # the shard is the step: 2 rounds, 15 and 7
+        (15, 15, 15, 0),
+        (84, 32, 1, 0),  # one thread: every round is full
+        (6, 3, 2, 1 - 6 / 8),  # steps of 3 on 2 threads: 2 rounds each
+        (8, 4, 2, 0),
+    ],
+)
+def test_idle_thread_share(circuits, batch, threads, idle):
+    assert runtime.idle_thread_share(circuits, batch, threads) == pytest.approx(idle)
+
+
+@pytest.mark.parametrize("name", ["smoke", "tutorial", "qcnn-23q", "bench-16q", "bench-20q"])
+def test_shipped_configs_fill_their_thread_rounds(name):
+    config = config_lib.load(ROOT / "configs" / f"{name}.yaml")
+    circuits = -(-config_lib.split_sizes(config)[0] // config.workers)
+    assert runtime.idle_thread_share(circuits, config.batch_size, config.cpus_per_worker) <= 0.1
+
+
+def test_one_warning_line_when_a_tenth_of_the_threads_would_idle(capsys):
+    warn_idle_threads(config_lib.Config(qubits=23, examples=1000, workers=32, batch_size=32, cpus_per_worker=15))
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("warning: 27% of each worker's 15 threads idle in training: a step's 22 circuits")
+    warn_idle_threads(config_lib.Config(qubits=23, examples=1000, workers=47, batch_size=15, cpus_per_worker=15))
+    warn_idle_threads(config_lib.Config(workers=32, batch_size=32, cpus_per_worker=15, size_thread_pools=False))
+    assert capsys.readouterr().err == ""
