@@ -1,10 +1,12 @@
-"""Training that loses a worker node, its driver, or capacity for good, on a real multi-node
-Ray cluster on this machine (scripts/local_cluster.sh: a head and two 1-CPU worker nodes).
+"""Training that loses a worker node (with or without a drain notice first), its driver, or
+capacity for good, on a real multi-node Ray cluster on this machine (scripts/local_cluster.sh:
+a head and two 1-CPU worker nodes).
 
 The tests run in file order: the last one leaves the cluster a node short."""
 
 import csv
 import json
+import math
 import os
 import re
 import signal
@@ -12,18 +14,23 @@ import time
 import urllib.request
 from pathlib import Path
 
+import tensorflow as tf
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+from qml_ray import config as config_lib, storage
 
 from conftest import SMOKE, ray_cli, submit
 
 EPOCHS, CHECKPOINT_EVERY = 30, 3
+SMOKE_CONFIG = config_lib.load(SMOKE)
+STEPS = math.ceil(config_lib.split_sizes(SMOKE_CONFIG)[0] / 2 / SMOKE_CONFIG.batch_size)  # per epoch, 2 workers
 # The ray CLI's listing of the training workers alive.
 ALIVE_TRAINING_WORKERS = "list actors --filter class_name=RayTrainWorker --filter state=ALIVE --detail --format json"
 
 
-def train_command(storage: Path, name: str) -> tuple:
+def train_command(storage: Path, name: str, checkpoint_every: int = CHECKPOINT_EVERY) -> tuple:
     """The smoke config, long enough to be interrupted, as the RayJob runs it (--resume)."""
-    options = ("--workers", 2, "--epochs", EPOCHS, "--checkpoint-every", CHECKPOINT_EVERY)
+    options = ("--workers", 2, "--epochs", EPOCHS, "--checkpoint-every", checkpoint_every)
     return ("qml_ray.train", "--config", SMOKE, *options, "--storage", storage, "--name", name, "--resume")
 
 
@@ -50,19 +57,23 @@ def wait_for_epoch(run: Path, epoch: int, timeout: float = 300) -> int:
     raise AssertionError(f"training did not reach epoch {epoch} within {timeout} s")
 
 
-def training_worker_raylets(cluster) -> list[int]:
-    """PIDs of the raylets of the nodes running the two Ray Train workers (a worker process is
-    its raylet's child)."""
+def training_worker_nodes(cluster) -> list[tuple[str, int]]:
+    """Node ID and raylet PID of the nodes running the two Ray Train workers (a worker process
+    is its raylet's child)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         listed = ray_cli(cluster.env, *ALIVE_TRAINING_WORKERS.split(), "--address", cluster.url)
         actors = json.loads(listed) if listed.lstrip().startswith("[") else []  # or "No resource in the cluster"
         if len(actors) == 2:
-            raylets = [parent_pid(actor["pid"]) for actor in actors]
-            assert all("raylet" in Path(f"/proc/{pid}/cmdline").read_text() for pid in raylets)
-            return raylets
+            nodes = [(actor["node_id"], parent_pid(actor["pid"])) for actor in actors]
+            assert all("raylet" in Path(f"/proc/{pid}/cmdline").read_text() for _, pid in nodes)
+            return nodes
         time.sleep(1)
     raise AssertionError("the two training workers did not start within 300 s")
+
+
+def training_worker_raylets(cluster) -> list[int]:
+    return [raylet for _, raylet in training_worker_nodes(cluster)]
 
 
 def parent_pid(pid: int) -> int:
@@ -166,6 +177,45 @@ def driver_pid(name: str) -> int:
         if b"qml_ray.train" in args and name.encode() in args and b"python" in Path(args[0].decode()).name.encode():
             return int(proc.name)
     raise AssertionError(f"no driver process for run {name}")
+
+
+def wait_for_step_checkpoint(run: Path, timeout: float = 120) -> tuple[int, int]:
+    """Wait for a checkpoint taken within an epoch; return its epochs done and steps of the next."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for folder in (run / "checkpoints").glob("epoch-*-step-*"):
+            if found := re.fullmatch(r"epoch-(\d+)-step-(\d+)", folder.name):
+                return int(found.group(1)), int(found.group(2))
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint within an epoch after {timeout} s")
+
+
+def test_a_draining_node_is_checkpointed_at_the_next_step_and_training_resumes_there(cluster, tmp_path):
+    run = tmp_path / "drained"
+    job = submit(cluster.url, cluster.env, *train_command(tmp_path, "drained", checkpoint_every=EPOCHS), wait=False)
+    node, raylet = training_worker_nodes(cluster)[0]
+    wait_for_epoch(run, 2)
+    ray_cli(
+        cluster.env,
+        *("drain-node", "--address", f"127.0.0.1:{cluster.env['RAY_PORT']}", "--node-id", node),
+        *("--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot VM reclaimed"),
+        *("--deadline-remaining-seconds", 30),  # GKE's notice for a spot VM
+    )
+    drained_at = time.monotonic()
+    epoch, step = wait_for_step_checkpoint(run)
+    noticed = time.monotonic() - drained_at
+    os.kill(raylet, signal.SIGKILL)  # the reclaim, a little early
+    cluster.script("add", "1")
+    logs = follow(cluster, job)
+    assert "succeeded" in job_status(cluster, job), logs[-3000:]
+
+    assert f"resuming epoch {epoch + 1} at step {step + 1} of {STEPS}" in logs
+    assert_every_epoch_once(run)
+    # Adam counts the steps it took. Restored from the drain's checkpoint, it ends at exactly one
+    # count per step of the run: the restart neither repeated the epoch's first steps nor skipped any.
+    weights = tf.train.load_checkpoint(str(run / "weights" / storage.WEIGHTS_PREFIX))
+    assert weights.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == EPOCHS * STEPS
+    print(f"\ndrain noticed and checkpointed after {noticed:.1f} s, at epoch {epoch + 1}, step {step} of {STEPS}")
 
 
 def test_capacity_lost_for_good_fails_clearly_after_the_wait(cluster, tmp_path):
