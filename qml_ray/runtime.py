@@ -30,15 +30,21 @@ def job_env() -> dict:
     }
 
 
-def connect(address: str | None) -> None:
+def connect(address: str | None, log_to_driver: bool = True) -> None:
     """Join Ray: `None` joins the job's cluster when run by `ray job submit`, else starts a
-    local Ray; `auto` joins the cluster that RAY_ADDRESS or this machine names; else the address."""
+    local Ray; `auto` joins the cluster that RAY_ADDRESS or this machine names; else the address.
+    `log_to_driver=False` keeps the workers' output (their epoch lines) off this console."""
     if ray.is_initialized():
         return
     if address is None:  # never a cluster that `ray start` left on this machine: jobs set RAY_ADDRESS
         address = os.environ.get("RAY_ADDRESS", "local")
     try:
-        ray.init(address=address, runtime_env={"env_vars": job_env()}, logging_level="WARNING")
+        ray.init(
+            address=address,
+            runtime_env={"env_vars": job_env()},
+            logging_level="WARNING",
+            log_to_driver=log_to_driver,
+        )
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UsageError(f"cannot connect to Ray at {address}: {err}") from None
 
@@ -48,10 +54,11 @@ def placeable_workers(cpus_per_worker: int) -> int:
     return sum(int(node["Resources"].get("CPU", 0) // cpus_per_worker) for node in ray.nodes() if node["Alive"])
 
 
-def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout: float = 0) -> None:
+def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout: float = 0) -> int:
     """Make sure the cluster can place `count` processes of `cpus_each` CPUs: ask the autoscaler
     (if any) for them, wait up to `timeout` seconds, then fail with a UsageError rather than hang.
-    `what` names the processes in the messages, `remedy` says what the user can change."""
+    `what` names the processes in the messages, `remedy` says what the user can change.
+    Return how many such processes the cluster can place."""
     fits = placeable_workers(cpus_each)
     if fits < count and timeout > 0:
         from ray.autoscaler.sdk import request_resources
@@ -70,6 +77,7 @@ def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout
             f"the Ray cluster ({total} CPUs) can place {fits} process(es) of {cpus_each} CPU(s), "
             f"not {count} {what}{f' after {timeout:.0f} s' if timeout else ''}: {remedy}, or add nodes"
         )
+    return fits
 
 
 def withdraw_capacity_request() -> None:

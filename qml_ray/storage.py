@@ -16,6 +16,7 @@ import io
 import os
 import posixpath
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -148,6 +149,26 @@ def list_files(folder: str) -> list[str]:
     bucket, prefix = _split(folder)
     blobs = _gcs(lambda: list(_client().list_blobs(bucket, prefix=prefix + "/", **_limits())), folder)
     return sorted(blob.name[len(prefix) + 1 :] for blob in blobs)
+
+
+def share(source: str, dest: str) -> None:
+    """Put the file at `source` at `dest` too, without writing its bytes again: a hard link
+    locally (a copy where links are refused), a server-side copy on Cloud Storage."""
+    if is_gcs(source):
+        (source_bucket, _), (dest_bucket, dest_name) = _split(source), _split(dest)
+        client = _client()
+        _gcs(
+            lambda: client.bucket(source_bucket).copy_blob(
+                _blob(source), client.bucket(dest_bucket), dest_name, **_limits()
+            ),
+            dest,
+        )
+        return
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
 
 
 def mirror(local_dir: str, dest: str) -> None:

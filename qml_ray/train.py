@@ -85,13 +85,14 @@ def replacement_wait(config: config_lib.Config) -> float:
     return max(config.capacity_timeout, MIN_REPLACEMENT_WAIT_SECONDS)
 
 
-def fit(config: config_lib.Config, run: str):
+def fit(config: config_lib.Config, run: str, callbacks=()):
     """Run the Ray Train job; Ray Train resumes from <run>/checkpoints/ when it holds any.
 
     A lost worker (or its node) restarts the whole worker group from the latest checkpoint,
     up to `max_failures` times. If the cluster cannot place every worker again within
     `replacement_wait` seconds, training stops (raising TrainingFailedError): it never
-    waits for capacity without end, and never continues with fewer workers."""
+    waits for capacity without end, and never continues with fewer workers.
+    `callbacks`: Ray Train callbacks for the run (a sweep passes Tune's report callback)."""
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.tensorflow import TensorflowTrainer
 
@@ -114,6 +115,7 @@ def fit(config: config_lib.Config, run: str):
             storage_filesystem=filesystem,
             failure_config=FailureConfig(max_failures=config.max_failures, controller_failure_limit=0),
             logging_config=LoggingConfig(log_level="WARNING"),
+            callbacks=list(callbacks),
             worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker, config.size_thread_pools)},
         ),
     )
@@ -143,10 +145,10 @@ def failure_message(err: Exception, config: config_lib.Config) -> str:
     return one_line(f"training failed: {reason}")
 
 
-def publish_weights(result, run: str) -> str:
-    """Copy the final checkpoint, less its TensorBoard logs, to <run>/weights/."""
+def publish_weights(checkpoint, run: str) -> str:
+    """Copy a Ray Train checkpoint (the final one), less its TensorBoard logs, to <run>/weights/."""
     weights = storage.join(run, storage.WEIGHTS)
-    with result.checkpoint.as_directory() as folder, tempfile.TemporaryDirectory() as copy:
+    with checkpoint.as_directory() as folder, tempfile.TemporaryDirectory() as copy:
         shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(storage.SUMMARIES), dirs_exist_ok=True)
         storage.publish_dir(copy, weights)
     return weights
@@ -182,7 +184,7 @@ def main(argv=None) -> None:
         print(f"error: {failure_message(err, config)}", file=sys.stderr)
         print(f"the checkpoints are kept: continue with --name {os.path.basename(run)} --resume", file=sys.stderr)
         sys.exit(1)
-    weights = publish_weights(result, run)
+    weights = publish_weights(result.checkpoint, run)
     metrics = result.metrics or {}
     print(
         f"trained {config.epochs} epochs on {config.workers} worker(s): "

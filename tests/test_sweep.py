@@ -1,0 +1,175 @@
+"""`python -m qml_ray.sweep`: real Ray Tune running real trainings of the smoke config, each trial
+its own Ray Train run and run folder; through `ray job submit` on the multi-node cluster, killed
+part way and resumed, and every bad input."""
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from qml_ray import config as config_lib
+
+from conftest import ROOT, SMOKE, command_env, ray_cli, run_command, submit
+from test_bad_input import CPUS, assert_usage_error
+
+EPOCHS = 4  # the smoke config's 6, shortened: checkpoints at epochs 2 and 4
+SMALL = ("--config", SMOKE, "--workers", 1, "--epochs", EPOCHS)
+TRIALS = {f"learning_rate={rate}-seed={seed}": (rate, seed) for rate in (0.05, 0.1) for seed in (7, 8)}
+RUN_FILES = {"config.yaml", "data/train.parquet", "data/test.parquet", "metrics.csv", "weights/_COMPLETE"}
+
+
+def trial_folders(sweep: Path) -> list[Path]:
+    return sorted(p for p in sweep.iterdir() if p.is_dir() and "=" in p.name)
+
+
+def training_span(run: Path) -> tuple[float, float]:
+    """When a trial's first epoch began and its last ended (Unix time)."""
+    history = pd.read_csv(run / "metrics.csv")
+    return history["finished_at"].iloc[0] - history["epoch_seconds"].iloc[0], history["finished_at"].iloc[-1]
+
+
+def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):
+    """4 trials (2 learning rates x 2 seeds) of one 1-CPU worker each on 2 one-CPU nodes: 2 at a time."""
+    url, env = cluster.url, cluster.env
+    options = ("--grid", "learning_rate=0.05,0.1", "--seeds", 2, "--storage", tmp_path, "--name", "lr")
+    job = submit(url, env, "qml_ray.sweep", *SMALL, *options)
+    assert "succeeded" in ray_cli(env, "job", "status", job, "--address", url).lower()
+    logs = ray_cli(env, "job", "logs", job, "--address", url)
+
+    sweep = tmp_path / "lr"
+    runs = trial_folders(sweep)
+    assert [run.name for run in runs] == list(TRIALS)
+    for run in runs:
+        assert {p.relative_to(run).as_posix() for p in run.rglob("*")} >= RUN_FILES, run
+        assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004"]
+        assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, EPOCHS + 1))
+        config = config_lib.of_run(str(run))
+        assert (config.learning_rate, config.seed) == TRIALS[run.name]
+    # trials with the same seed share one data set on disk (hard links), whatever their learning rate
+    assert os.path.samefile(runs[0] / "data/test.parquet", runs[2] / "data/test.parquet")
+    assert not os.path.samefile(runs[0] / "data/test.parquet", runs[1] / "data/test.parquet")
+
+    spans = sorted(training_span(run) for run in runs)
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans  # side by side
+
+    table = pd.read_csv(sweep / "results.csv")
+    assert len(table) == 4 and set(table["state"]) == {"finished"} and (table["epochs"] == EPOCHS).all()
+    assert table["best_val_loss"].is_monotonic_increasing  # ranked by val_loss, best first
+    best = table.iloc[0]
+    assert best["best_val_loss"] == pytest.approx(pd.read_csv(Path(best["run"]) / "metrics.csv")["val_loss"].min())
+    assert (sweep / "results.md").read_text().count("\n") == 2 + 4
+    assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    trial_lines = [line for line in logs.splitlines() if line.startswith("trial ")]
+    assert len(trial_lines) == 4 and all(": finished, 4 epochs" in line for line in trial_lines), logs
+    assert f"best trial (val_loss {best['best_val_loss']:.4f}): {best['run']}" in logs
+    assert "epoch 1/4" not in logs  # the trainings' epoch lines stay in Ray's logs
+
+    infer = submit(url, env, "qml_ray.infer", "--run", best["run"])
+    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
+
+
+def sweep_command(storage: Path) -> list[str]:
+    """Two trials of 8 epochs, one at a time."""
+    options = ("--epochs", 8, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
+    return [sys.executable, "-m", "qml_ray.sweep", *map(str, (*SMALL, *options, "--storage", storage, "--name", "k"))]
+
+
+def epochs_done(run: Path) -> int:
+    try:
+        return len(pd.read_csv(run / "metrics.csv"))
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return 0
+
+
+def session_processes(session: int) -> list[int]:
+    """The running processes of a session (a process group started with start_new_session)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def test_resume_after_the_sweep_is_killed(tmp_path):
+    """Killed (driver, Ray and all) once the first trial has finished and the second is past its
+    first checkpoint (epoch 2); --resume keeps the first and continues the second from a checkpoint."""
+    first, second = tmp_path / "k/learning_rate=0.05-seed=7", tmp_path / "k/learning_rate=0.1-seed=7"
+    sweep = subprocess.Popen(
+        sweep_command(tmp_path),
+        cwd=ROOT,
+        env=command_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while epochs_done(second) < 3 and sweep.poll() is None:
+            assert time.monotonic() < deadline, "the second trial never got past its first checkpoint"
+            time.sleep(0.1)
+    finally:
+        os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.wait()
+    deadline = time.monotonic() + 30
+    while session_processes(sweep.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not session_processes(sweep.pid), "processes of the killed sweep are left"
+    assert (first / "weights/_COMPLETE").is_file() and not (second / "weights").exists()
+    finished = (first / "weights/_COMPLETE").stat().st_mtime_ns, (first / "metrics.csv").read_text()
+    before = pd.read_csv(second / "metrics.csv")
+
+    done = subprocess.run(
+        [*sweep_command(tmp_path), "--resume"], cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert finished == ((first / "weights/_COMPLETE").stat().st_mtime_ns, (first / "metrics.csv").read_text())
+    after = pd.read_csv(second / "metrics.csv")
+    assert after["epoch"].tolist() == list(range(1, 9))
+    assert after["finished_at"].iloc[:2].tolist() == before["finished_at"].iloc[:2].tolist()  # kept, not retrained
+    assert (second / "weights/_COMPLETE").is_file()
+    table = pd.read_csv(tmp_path / "k/results.csv")
+    assert len(table) == 2 and set(table["state"]) == {"finished"}
+    assert "trial learning_rate=0.1-seed=7: finished, 8 epochs" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--grid", "learning_rat=0.1,0.2"], "error: --grid learning_rat=0.1,0.2: unknown config key 'learning_rat'"),
+        (["--grid", "learning_rate=0.1,-1"], "error: trial learning_rate=-1, seed=7: learning_rate must be"),
+        (["--grid", "layers=1,two"], "error: trial layers=two, seed=7: layers must be a whole number, got 'two'"),
+        (["--grid", "learning_rate="], "error: --grid learning_rate=: give one or more comma-separated values"),
+        (["--grid", "learning_rate"], "error: --grid takes KEY=VALUE,VALUE,..., got 'learning_rate'"),
+        (["--grid", "storage=a,b"], "error: --grid storage=a,b: storage cannot be swept"),
+        (["--seeds", "0"], "error: --seeds must be at least 1"),
+        (["--grid", "seed=1,2", "--seeds", "2"], "error: give seeds with --seeds or with --grid seed=..., not both"),
+        (["--early-stop", "speed"], "error: argument --early-stop: invalid choice: 'speed'"),
+        (["--cpus-per-worker", str(CPUS + 1)], "not 1 worker(s) for one trial: lower --workers or --cpus-per-worker"),
+    ],
+)
+def test_bad_sweeps(tmp_path, args, message):
+    done = run_command("sweep", "--config", SMOKE, "--storage", tmp_path / "runs", *args)
+    assert_usage_error(done, message)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_existing_sweep_needs_resume_and_the_same_trials(tmp_path):
+    sweep = tmp_path / "taken"
+    sweep.mkdir()
+    done = run_command("sweep", *map(str, SMALL), "--storage", tmp_path, "--name", "taken")
+    assert_usage_error(done, f"error: sweep folder {sweep} already exists: choose another --name, or add --resume")
+    (sweep / "sweep.yaml").write_text("early_stop: null\ntrials: {}\n")
+    done = run_command("sweep", *map(str, SMALL), "--storage", tmp_path, "--name", "taken", "--resume")
+    assert_usage_error(done, "error: cannot resume")
+    assert [p.name for p in sweep.iterdir()] == ["sweep.yaml"]
