@@ -12,6 +12,7 @@ import tensorflow_quantum as tfq
 
 from qml_ray.config import Config
 from qml_ray.gradients import BlockAdjoint, UnsupportedGate
+from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
 from conftest import ROOT, SMOKE, run_command
@@ -151,6 +152,27 @@ def test_random_circuits_of_every_gate_family(qubits):
     readouts = [random_readouts(rng, register) for _ in circuits]
     upstream = rng.uniform(-1, 1, size=(3, 3))
     check(circuits, SYMBOLS, values, readouts, upstream, tfq_tolerance=1e-3)
+
+
+def test_diagonal_gates_wait_for_the_block_on_their_pair():
+    """CZ and ZZ commute with each other, so the fusion moves them to the next block on their pair
+    unless a gate that does not commute with them must come first (the rx before ZZ(c, a) below forces
+    CZ(a, b) out first); the result still equals cirq's."""
+    a, b, c = register = cirq.GridQubit.rect(1, 3)
+    p, q, r, s = SYMBOLS
+    cluster = cirq.Circuit(cirq.H.on_each(register), cirq.CZ(a, b) ** p, cirq.CZ(b, c), cirq.CZ(c, a) ** q)
+    conv = cirq.Circuit(cirq.rx(r)(a), cirq.ry(s)(b), cirq.XX(a, b) ** q)
+    forced = cirq.Circuit(
+        cirq.H.on_each(register), cirq.CZ(a, b) ** p, cirq.rx(r)(a), cirq.ZZ(c, a) ** q, cirq.XX(a, b) ** s
+    )
+    names = tuple(str(x) for x in SYMBOLS)
+    merged, kept = (plan(tfq.convert_to_tensor([c]).numpy()[0], names) for c in (cluster + conv, forced))
+    assert len(merged.block_qubits) == 3  # four two-qubit gates: CZ(a, b) joined the XX block
+    assert len(kept.block_qubits) == 3  # three two-qubit gates, each in a block of its own
+    rng = np.random.default_rng(7)
+    values = rng.uniform(-1.5, 1.5, size=(2, len(SYMBOLS)))
+    readouts = [random_readouts(rng, register) for _ in range(2)]
+    check([cluster + conv, forced], SYMBOLS, values, readouts, rng.uniform(-1, 1, size=(2, 3)))
 
 
 def test_every_gate_family_is_covered():

@@ -35,6 +35,11 @@ class Factor:
     coef: float
     symbol: str | None
 
+    @property
+    def diagonal(self) -> bool:
+        """Whether the factor is diagonal in the computational basis (then it commutes with every other such)."""
+        return all(np.count_nonzero(p - np.diag(np.diag(p))) == 0 for p in self.proj)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -198,28 +203,61 @@ def _op_factors(op, index: dict) -> list[Factor]:
 
 
 def _fuse(factors: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
-    """Greedy fusion: a two-qubit factor joins the block its qubits last met in if that block is on
-    the same pair and nothing came between, else opens a block; one-qubit factors wait for their
-    qubit's next block, or join its last one at the end."""
+    """Greedy fusion. A non-diagonal two-qubit factor joins the block its qubits last met in if that
+    block is on the same pair, else opens a block, taking with it the factors waiting on its qubits.
+    Other factors wait: one-qubit ones for their qubit's next block; diagonal two-qubit ones (CZ, ZZ)
+    commute with each other, so each waits for the next block on its own pair, and opens a block of
+    its own only when a factor that does not commute with it must come first. What still waits at the
+    end opens or joins blocks the same way."""
     blocks: list[tuple[tuple[int, int], list[Factor]]] = []
     last: dict[int, int] = {}
-    waiting: dict[int, list[Factor]] = {}
-    for factor in factors:
-        if len(factor.qubits) == 1:
-            waiting.setdefault(factor.qubits[0], []).append(factor)
-            continue
+    waiting: dict[int, dict[int, Factor]] = {q: {} for q in range(qubits)}  # per qubit: time -> factor
+
+    def place(time: int, factor: Factor) -> None:
         a, b = factor.qubits
+        for q in (a, b):
+            waiting[q].pop(time, None)
+        earlier = {t: f for q in (a, b) for t, f in waiting[q].items() if t < time}
+        # waiting factors on another pair go first if they must precede a non-diagonal member
+        must_precede = (
+            time if not factor.diagonal else max((t for t, f in earlier.items() if not f.diagonal), default=-1)
+        )
+        for t in sorted(earlier):
+            other_pair = len(earlier[t].qubits) == 2 and set(earlier[t].qubits) != {a, b}
+            if other_pair and t < must_precede and t in waiting[earlier[t].qubits[0]]:
+                place(t, earlier[t])
+        members = {
+            t: f
+            for q in (a, b)
+            for t, f in waiting[q].items()
+            if t < time and (len(f.qubits) == 1 or set(f.qubits) == {a, b})
+        }
+        for t, f in members.items():
+            for q in f.qubits:
+                waiting[q].pop(t)
         target = last.get(a)
         if target is None or target != last.get(b) or set(blocks[target][0]) != {a, b}:
             blocks.append(((a, b), []))
             target = len(blocks) - 1
-        blocks[target][1].extend(waiting.pop(a, []) + waiting.pop(b, []) + [factor])
+        blocks[target][1].extend([members[t] for t in sorted(members)] + [factor])
         last[a] = last[b] = target
+
+    for time, factor in enumerate(factors):
+        if len(factor.qubits) == 2 and not factor.diagonal:
+            place(time, factor)
+        else:
+            for q in factor.qubits:
+                waiting[q][time] = factor
+    for time, factor in sorted({t: f for q in waiting for t, f in waiting[q].items() if len(f.qubits) == 2}.items()):
+        if time in waiting[factor.qubits[0]]:
+            place(time, factor)
     for qubit, rest in waiting.items():
+        if not rest:
+            continue
         if qubit not in last:
             blocks.append(((qubit, (qubit + 1) % qubits), []))
             last[qubit] = len(blocks) - 1
-        blocks[last[qubit]][1].extend(rest)
+        blocks[last[qubit]][1].extend(f for _, f in sorted(rest.items()))
     return _to_arrays(blocks, qubits, names, index)
 
 
