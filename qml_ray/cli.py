@@ -14,7 +14,7 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse, with a bad flag reported in one line and exit status 2."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:

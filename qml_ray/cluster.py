@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from qml_ray import cli, config as config_lib, hardening
+from qml_ray import cli, config as config_lib, hardening, storage
 from qml_ray.errors import UsageError
 
 RAY_VERSION = version("ray")
@@ -31,6 +31,36 @@ TRAIN_JOB_RETRIES = 3  # whole-job reruns (new cluster, resumed from the checkpo
 MEMORY_PER_CPU_GI = 3  # 15 CPUs and 45Gi fit the allocatable share of a 16-vCPU, 64 GB node
 SUBMITTER_RESOURCES = {"cpu": "500m", "memory": "1Gi"}  # `ray job submit` and `ray job logs`
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# The resources take the run's name plus a suffix (-cluster, -train, -infer, -tensorboard); KubeRay
+# wants a RayCluster name of at most 53 characters, a RayJob's of 47 (it adds 6 for the job's
+# cluster), and both to be DNS-1035 labels (starting with a letter).
+NAME_SUFFIXES = {"RayCluster": ("-cluster", 53), "RayJob": ("-train", 47)}
+MAX_NAME = min(limit - len(suffix) for suffix, limit in NAME_SUFFIXES.values())
+RUN_NAME = re.compile(rf"[a-z]([-a-z0-9]{{0,{MAX_NAME - 2}}}[a-z0-9])?")
+
+
+def check_names(name: str, bucket: str) -> None:
+    """A UsageError unless Kubernetes and KubeRay take the resources named after `name`, and Cloud
+    Storage takes `bucket` as a bucket name."""
+    if not RUN_NAME.fullmatch(name):
+        raise UsageError(
+            f"--name must be 1-{MAX_NAME} characters of a-z, 0-9 and '-', starting with a letter and not ending "
+            f"with '-' (KubeRay's limits for the RayCluster and RayJobs named after it): {name!r}"
+        )
+    parts = bucket.split(".")
+    if not (
+        re.fullmatch(r"[a-z0-9][a-z0-9._-]*[a-z0-9]", bucket)
+        and 3 <= len(bucket) <= (222 if len(parts) > 1 else 63)
+        and all(0 < len(part) <= 63 for part in parts)
+        and not bucket.startswith("goog")
+        and "google" not in bucket
+        and not re.fullmatch(r"[0-9.]+", bucket)  # an IP address
+    ):
+        raise UsageError(
+            f"--bucket must be a Cloud Storage bucket name: 3-63 characters of a-z, 0-9, '-', '_' and '.' "
+            f"(222 with dots, 63 between them), starting and ending with a letter or digit, not an IP address, "
+            f"no 'goog' prefix and no 'google': {bucket!r}"
+        )
 
 
 def parse_args(argv=None):
@@ -318,6 +348,9 @@ def main(argv=None) -> None:
         )
     if not DNS_LABEL.fullmatch(args.namespace):
         raise UsageError(f"--namespace must be a DNS label (lower-case letters, digits, '-'): {args.namespace!r}")
+    check_names(args.name, args.bucket)
+    if args.out:
+        storage.check_local_folder(args.out)
     manifests = render(
         args.config,
         config,
@@ -328,8 +361,11 @@ def main(argv=None) -> None:
         namespace=args.namespace,
     )
     if args.out:
-        for path in write_files(manifests, args.out):
-            print(path)
+        try:
+            paths = write_files(manifests, args.out)
+        except OSError as err:
+            raise UsageError(f"cannot write the manifests to {args.out}: {err}") from None
+        print(*paths, sep="\n")
     else:
         sys.stdout.write(to_yaml(manifests))
 

@@ -1,6 +1,7 @@
 """The run configuration: one YAML file drives the laptop run and the cluster."""
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,6 +9,13 @@ import yaml
 
 from qml_ray import storage
 from qml_ray.errors import UsageError
+
+# The simulators hold every circuit's whole state vector in one process: 2**qubits complex64
+# amplitudes, STATES_PER_CIRCUIT of them at once (TFQ's adjoint gradient keeps 3, the block
+# method 2). Beyond 38 qubits that is more than the largest machines have (about 12 TB).
+MAX_QUBITS = 38
+STATES_PER_CIRCUIT = 3
+AMPLITUDE_BYTES = 8
 
 
 def _key(default, meaning: str):
@@ -19,7 +27,7 @@ def _key(default, meaning: str):
 class Config:
     """Everything that defines a training run: one YAML file, every key a command-line flag too."""
 
-    qubits: int = _key(8, "qubits of the cluster state the circuits run on (at least 4; odd counts too)")
+    qubits: int = _key(8, f"qubits of the cluster state the circuits run on (4..{MAX_QUBITS}; odd counts too)")
     layers: int = _key(1, "quantum convolution + pooling layers, from 1 to what the qubits allow (3 for 8 qubits)")
     examples: int = _key(160, "excitation circuits in the data set, training and test together (at least 10)")
     test_fraction: float = _key(0.3, "share of the examples held out for testing (validation), between 0 and 1")
@@ -62,15 +70,17 @@ class Config:
     def validate(self) -> "Config":
         """Return self, or raise UsageError naming the first bad value."""
         _require(self.qubits >= 4, "qubits must be at least 4")
+        _require(self.qubits <= MAX_QUBITS, f"qubits must be at most {MAX_QUBITS}: no machine holds the state vectors")
         most = max_layers(self.qubits)
         _require(1 <= self.layers <= most, f"layers must be 1..{most} for {self.qubits} qubits")
         _require(0 < self.test_fraction < 1, "test_fraction must be between 0 and 1")
         _require(self.examples >= 10, "examples must be at least 10")
+        _require(self.seed >= 0, "seed must be 0 or more")
         for name in ("epochs", "batch_size", "workers", "cpus_per_worker", "checkpoint_every"):
             _require(getattr(self, name) >= 1, f"{name} must be at least 1")
         _require(self.max_failures >= 0, "max_failures must be 0 or more")
         _require(self.capacity_timeout >= 0, "capacity_timeout must be 0 or more")
-        _require(self.learning_rate > 0, "learning_rate must be positive")
+        _require(0 < self.learning_rate < math.inf, "learning_rate must be a positive number")
         for key, allowed in CHOICES.items():
             value = getattr(self, key)
             _require(value in allowed, f"{key} must be one of {', '.join(allowed)}, got {value!r}")
@@ -118,6 +128,11 @@ def doc(key: str) -> str:
     return FIELDS[key].metadata["doc"]
 
 
+def state_bytes(qubits: int, threads: int) -> int:
+    """Memory the state vectors of a process simulating on `threads` threads (a circuit each) take."""
+    return threads * STATES_PER_CIRCUIT * AMPLITUDE_BYTES * 2**qubits
+
+
 def split_sizes(config: Config) -> tuple[int, int]:
     """The number of training and of test examples."""
     n_test = max(1, round(config.examples * config.test_fraction))
@@ -147,7 +162,7 @@ def load(path: str | Path) -> Config:
         values = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise UsageError(f"config file not found: {path}") from None
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, UnicodeError, yaml.YAMLError) as err:
         raise UsageError(f"cannot read config file {path}: {err}") from None
     if values is None:
         values = {}

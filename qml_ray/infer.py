@@ -52,17 +52,69 @@ def load_trained_model(run: str):
     return model
 
 
+def circuit_problem(serialized, qubits: int) -> str | None:
+    """Why `serialized` is not a circuit the model of `qubits` qubits can take, or None."""
+    import cirq
+    import tensorflow_quantum as tfq
+
+    if not isinstance(serialized, bytes | str):
+        return f"a {type(serialized).__name__}, not a serialized circuit"
+    try:
+        circuit = tfq.from_tensor([serialized])[0]
+    except Exception:  # TFQ reports undecodable bytes as TypeError, parse failures as others
+        circuit = None
+    if not isinstance(circuit, cirq.Circuit):
+        return "not a serialized TFQ circuit"
+    outside = sorted(set(circuit.all_qubits()) - set(cirq.GridQubit.rect(1, qubits)))
+    if outside:
+        shown = ", ".join(map(str, outside))
+        return f"on {shown}, not among the model's {qubits} qubits q(0, 0)..q(0, {qubits - 1})"
+    return None
+
+
+def check_data(data_path: str, qubits: int) -> None:
+    """Fail in one line unless `data_path` is Parquet with a binary `circuit` column whose first row
+    the model of `qubits` qubits can take (the actors check every row)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    filesystem, path = storage.pyarrow_filesystem(data_path)
+    try:
+        dataset = ds.dataset(path, format="parquet", filesystem=filesystem)
+        schema = dataset.schema
+        first = dataset.head(1, columns=["circuit"]).column(0).to_pylist() if "circuit" in schema.names else []
+    except (OSError, pa.ArrowException) as err:
+        raise UsageError(f"cannot read {data_path} as Parquet: {err}") from None
+    if "circuit" not in schema.names:
+        raise UsageError(f"{data_path} has no 'circuit' column (its columns: {', '.join(schema.names)})")
+    kind = schema.field("circuit").type
+    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_string(kind)):
+        raise UsageError(f"the 'circuit' column of {data_path} must hold serialized circuits (binary), not {kind}")
+    if not first:
+        raise UsageError(f"{data_path} has no rows")
+    problem = circuit_problem(first[0], qubits)
+    if problem:
+        raise UsageError(f"the circuit of the first row of {data_path} is {problem}")
+
+
 class QCNNPredictor:
     """Ray Data callable class: one model per actor, loaded once, applied to every batch."""
 
     def __init__(self, run: str):
         self.model = load_trained_model(run)
+        self.qubits = config_lib.of_run(run).qubits
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tensorflow as tf
 
-        circuits = tf.constant(list(batch.pop("circuit")), dtype=tf.string)
-        return {**batch, "prediction": self.model(circuits, training=False).numpy()[:, 0]}
+        circuits = list(batch.pop("circuit"))
+        for index, circuit in enumerate(circuits):
+            problem = circuit_problem(circuit, self.qubits)
+            if problem:
+                row = f"id {batch['id'][index]}" if "id" in batch else f"{index} of a batch"
+                raise UsageError(f"the circuit of row {row} is {problem}")
+        inputs = tf.constant(circuits, dtype=tf.string)
+        return {**batch, "prediction": self.model(inputs, training=False).numpy()[:, 0]}
 
 
 def predict(run: str, data_path: str, actors: int, batch_size: int):
@@ -84,6 +136,17 @@ def predict(run: str, data_path: str, actors: int, batch_size: int):
     )
 
 
+def usage_error_within(err: BaseException) -> UsageError | None:
+    """The UsageError an actor raised, found among the errors Ray wraps it in, or None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if type(err) is UsageError:  # Ray's wrappers may be subclasses: their text holds a traceback
+            return err
+        seen.add(id(err))
+        err = getattr(err, "cause", None) or err.__cause__ or err.__context__
+    return None
+
+
 def write_predictions(predictions, run: str) -> str:
     """Write a new predictions folder, marked complete once every file is in."""
     out = storage.join(run, storage.PREDICTIONS, time.strftime("%Y%m%d-%H%M%S"))
@@ -99,9 +162,11 @@ def main(argv=None) -> None:
         storage.check_location(location)
     run = storage.absolute(args.run)
     data_path = storage.absolute(args.data) if args.data else storage.split_path(run, "test")
-    load_trained_model(run)  # fail here, in one line, rather than inside an actor
+    config = config_lib.of_run(run)
     if not storage.exists(data_path):
         raise UsageError(f"no data at {data_path}")
+    check_data(data_path, config.qubits)
+    load_trained_model(run)  # fail here, in one line, rather than inside an actor
     runtime.connect(args.address)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     runtime.require_capacity(
@@ -109,9 +174,17 @@ def main(argv=None) -> None:
         1,
         "inference actor(s) plus one CPU for Ray Data's reads",
         "lower --actors",
-        config_lib.of_run(run).capacity_timeout,
+        config.capacity_timeout,
     )
-    predictions = predict(run, data_path, args.actors, args.batch_size)
+    runtime.require_memory(
+        config_lib.state_bytes(config.qubits, 1),
+        f"an inference actor's state vectors ({config.qubits} qubits)",
+        "run inference on a cluster with more memory per node",
+    )
+    try:
+        predictions = predict(run, data_path, args.actors, args.batch_size)
+    except Exception as err:  # Ray Data wraps what an actor raised; a bad row is a UsageError
+        raise usage_error_within(err) or err from None
     out = write_predictions(predictions, run)
     table = predictions.to_pandas()
     print(f"predicted {len(table)} circuits with {args.actors} actor(s); predictions in {out}")

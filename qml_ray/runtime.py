@@ -3,6 +3,7 @@
 import atexit
 import math
 import os
+import socket
 import time
 
 import ray
@@ -15,6 +16,7 @@ from qml_ray.errors import UsageError
 REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its callbacks.Timings there (the benchmark sets it)
 REPORT_POLL_SECONDS = "0.1"
+CONNECT_SECONDS = 10  # how long to wait for a Ray address to answer at all
 
 
 def job_env() -> dict:
@@ -36,8 +38,11 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     `log_to_driver=False` keeps the workers' output (their epoch lines) off this console."""
     if ray.is_initialized():
         return
+    if not os.environ.get("RAY_ADDRESS"):  # empty is unset (Ray itself would take it for an address)
+        os.environ.pop("RAY_ADDRESS", None)
     if address is None:  # never a cluster that `ray start` left on this machine: jobs set RAY_ADDRESS
         address = os.environ.get("RAY_ADDRESS", "local")
+    require_answer(os.environ.get("RAY_ADDRESS", address) if address == "auto" else address)
     try:
         ray.init(
             address=address,
@@ -47,6 +52,30 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
         )
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UsageError(f"cannot connect to Ray at {address}: {err}") from None
+
+
+def require_answer(address: str) -> None:
+    """Fail within CONNECT_SECONDS, naming `address`, when nothing listens there (Ray itself
+    would retry for minutes). Addresses Ray resolves itself (local, auto) pass."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or "://" in target:
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as err:
+        raise UsageError(f"cannot connect to Ray at {address}: nothing answers there ({err})") from None
+
+
+def require_memory(need: int, what: str, remedy: str) -> None:
+    """Make sure the cluster's largest node has `need` bytes of memory for one process: `what`
+    names the process and its use, `remedy` says what the user can change."""
+    largest = max((node["Resources"].get("memory", 0) for node in ray.nodes() if node["Alive"]), default=0)
+    if need > largest:
+        raise UsageError(
+            f"{what} need {need / 2**30:.3g} GiB of memory, more than the largest Ray node has "
+            f"({largest / 2**30:.3g} GiB): {remedy}, or add larger nodes"
+        )
 
 
 def placeable_workers(cpus_per_worker: int) -> int:

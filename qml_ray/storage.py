@@ -61,7 +61,10 @@ def check_location(location: str) -> None:
 
 
 def run_dir(storage: str, name: str) -> str:
-    """The location of run `name` under `storage` (local paths made absolute)."""
+    """The location of run `name` under `storage` (local paths made absolute); a UsageError
+    unless `name` is one folder name."""
+    if name in ("", ".", "..") or any(char in name for char in "/\\\0"):
+        raise UsageError(f"a run's --name must be one folder name (no '/', not empty, '.' or '..'): {name!r}")
     return absolute(join(storage, name))
 
 
@@ -89,6 +92,28 @@ def check_reachable(location: str) -> None:
     if is_gcs(location):
         bucket, prefix = _split(location)
         _gcs(lambda: any(_client().list_blobs(bucket, prefix=prefix, max_results=1, **_limits())), location)
+        return
+    check_local_folder(location)
+
+
+def check_local_folder(folder: str) -> None:
+    """Raise UsageError unless `folder` is a local folder this process may write to, or can become one."""
+    path = Path(os.path.abspath(folder))
+    existing = next(found for found in (path, *path.parents) if found.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{folder} cannot be a folder: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK) or os.statvfs(existing).f_flag & os.ST_RDONLY:
+        raise UsageError(f"cannot write to {folder}: {existing} is not writable")
+
+
+def make_folder(folder: str) -> None:
+    """Create a local folder (and its parents), or raise a UsageError saying why it cannot be;
+    Cloud Storage has no folders to make."""
+    if not is_gcs(folder):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"cannot create the folder {folder}: {err}") from None
 
 
 def exists(path: str) -> bool:

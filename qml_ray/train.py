@@ -45,7 +45,7 @@ def resolve_run(args) -> tuple[config_lib.Config, str, bool]:
     storage.check_reachable(requested.storage)
     if args.resume and not args.name:
         raise UsageError("--resume needs the --name of the run to continue")
-    run = storage.run_dir(requested.storage, args.name or time.strftime("%Y%m%d-%H%M%S"))
+    run = storage.run_dir(requested.storage, time.strftime("%Y%m%d-%H%M%S") if args.name is None else args.name)
     if not args.resume:
         if storage.exists(run):
             raise UsageError(f"run folder {run} already exists: choose another --name, or add --resume")
@@ -174,6 +174,12 @@ def main(argv=None) -> None:
         "lower --workers or --cpus-per-worker",
         config.capacity_timeout,
     )
+    runtime.require_memory(
+        config_lib.state_bytes(config.qubits, config.cpus_per_worker),
+        f"a training worker's state vectors ({config.qubits} qubits, {config.cpus_per_worker} thread(s))",
+        "lower --qubits or --cpus-per-worker",
+    )
+    storage.make_folder(run)
     print(f"run folder: {run}", flush=True)
     prepare_run(config, run, resuming)
     from ray.train import TrainingFailedError

@@ -30,11 +30,13 @@ def command_env(**changes: str | None) -> dict:
     return env
 
 
-def run_command(module: str, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `python -m qml_ray.<module> args...` and return its completed process (text output)."""
+def run_command(
+    module: str, *args: str, timeout: float = 600, env: dict | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
+    """Run `python -m qml_ray.<module> args...` in `cwd` and return its completed process (text output)."""
     return subprocess.run(
         [sys.executable, "-m", f"qml_ray.{module}", *map(str, args)],
-        cwd=ROOT,
+        cwd=cwd,
         env=env or command_env(),
         capture_output=True,
         text=True,

@@ -1,19 +1,28 @@
-"""Every user mistake: one clear error line, exit status 2, no traceback, nothing written or lost."""
+"""Every user mistake: one clear error line, exit status 2 within a minute, no traceback, and
+nothing written or changed anywhere (the whole temporary tree is compared before and after)."""
 
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from ray._private.utils import get_num_cpus
 
-from qml_ray import storage
+from qml_ray import config as config_lib, storage
 from qml_ray.errors import MAX_LINE, one_line
 
-from conftest import SMOKE, run_command
+from conftest import SMOKE, command_env, free_port, run_command
+
+MISTAKE_SECONDS = 60  # a mistake is reported within this (a Ray address where nobody answers too)
+IMAGE = "us-docker.pkg.dev/my-project/qml-ray/qml-ray:0.1.0@sha256:" + "0123456789abcdef" * 4
+# The CPUs a local Ray started on this machine gives itself (its cgroup quota or CPU affinity).
+CPUS = get_num_cpus()
+RENDER = ("render", "--config", SMOKE, "--image", IMAGE, "--bucket", "my-bucket")
 
 
 def snapshot(folder: Path) -> dict:
-    """Every file below `folder` with its size and modification time."""
+    """Every file and folder below `folder` with its size and modification time."""
     return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")} if folder.exists() else {}
 
 
@@ -21,48 +30,237 @@ def assert_usage_error(done, message: str) -> None:
     stderr = done.stderr.strip()
     assert done.returncode == 2, done.stdout[-2000:] + stderr[-2000:]
     assert "Traceback" not in stderr and "Traceback" not in done.stdout
+    assert stderr.splitlines()[-1].startswith("error: "), stderr[-2000:]
     assert message in stderr.splitlines()[-1], stderr[-2000:]
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--qubits", "3"], "error: qubits must be at least 4"),
-        (["--workers", "0"], "error: workers must be at least 1"),
-        (["--epochs", "0"], "error: epochs must be at least 1"),
-        (["--workers", "two"], "error: workers must be a whole number, got 'two'"),
-        (["--config", "configs/missing.yaml"], "error: config file not found: configs/missing.yaml"),
-        (["--layers", "9"], "error: layers must be 1..3 for 8 qubits"),
-        (["--resume"], "error: --resume needs the --name"),
-        (["--learning-rate", "fast"], "error: learning_rate must be a number, got 'fast'"),
-        (["--size-thread-pools", "maybe"], "error: size_thread_pools must be true or false, got 'maybe'"),
-        (["--hidden-activation", "sigmoid"], "error: hidden_activation must be one of linear, relu, got 'sigmoid'"),
-        (["--frobnicate"], "error: unrecognized arguments: --frobnicate"),
-    ],
-)
-def test_bad_train_flags(tmp_path, args, message):
-    done = run_command("train", "--storage", tmp_path / "runs", *args)
-    assert_usage_error(done, message)
-    assert not (tmp_path / "runs").exists()
+@pytest.fixture(scope="module")
+def circuits(tmp_path_factory) -> Path:
+    """Parquet files of inference data with something wrong, for a 4-qubit model."""
+    import cirq
+    import tensorflow_quantum as tfq
+
+    folder = tmp_path_factory.mktemp("circuits")
+    outside = tfq.convert_to_tensor([cirq.Circuit(cirq.X(cirq.GridQubit(0, 7)))]).numpy()[0]
+    tables = {
+        "no-circuit": {"id": pa.array([1, 2])},
+        "int-circuit": {"circuit": pa.array([1, 2])},
+        "garbage": {"circuit": pa.array([b"garbage"])},
+        "pauli-sum": {"circuit": pa.array([b""])},  # TFQ reads empty bytes as an empty PauliSum
+        "other-qubits": {"circuit": pa.array([outside])},
+        "empty": {"circuit": pa.array([], pa.binary())},
+    }
+    for name, columns in tables.items():
+        pq.write_table(pa.table(columns), folder / f"{name}.parquet")
+    (folder / "text.parquet").write_text("id,circuit\n1,abc\n")
+    return folder
 
 
-@pytest.mark.parametrize(
-    "text, message",
-    [
-        ("qubits: 6\nqbits: 4\n", "error: unknown config key(s): qbits"),
-        ("qubits: [6\n", "error: cannot read config file"),
-        ("epochs: -3\n", "error: epochs must be at least 1"),
-    ],
-)
-def test_bad_config_files(tmp_path, text, message):
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    assert_usage_error(run_command("train", "--config", path, "--storage", tmp_path / "runs"), message)
-    assert not (tmp_path / "runs").exists()
+@pytest.fixture
+def tree(tmp_path, circuits) -> dict:
+    """The temporary tree a mistake runs in, and the paths its arguments name: `file` (a file),
+    `run` (a run folder with a 4-qubit config and nothing else), `data` (bad inference data),
+    `configs` (bad config files), `work` (the command's working folder)."""
+    paths = {name: tmp_path / name for name in ("file", "run", "data", "configs", "work")}
+    paths["file"].write_text("a file, not a folder\n")
+    paths["run"].mkdir()
+    (paths["run"] / storage.CONFIG).write_text(config_lib.load(SMOKE).to_yaml())
+    shutil.copytree(circuits, paths["data"])
+    paths["configs"].mkdir()
+    configs = {
+        "unknown-key": "qubits: 6\nqbits: 4\n",
+        "unparsable": "qubits: [6\n",
+        "negative": "epochs: -3\n",
+        "list": "- qubits\n- 6\n",
+        "huge": "qubits: 38\nepochs: 2\n",
+    }
+    for name, text in configs.items():
+        (paths["configs"] / f"{name}.yaml").write_text(text)
+    (paths["configs"] / "binary.yaml").write_bytes(bytes(range(128, 256)))
+    paths["work"].mkdir()
+    return {"tmp": tmp_path, **paths, "smoke": SMOKE}
 
 
-# The CPUs a local Ray started on this machine gives itself (its cgroup quota or CPU affinity).
-CPUS = get_num_cpus()
+def mistake(command: str, *args, message: str, env: dict | None = None, id: str):
+    """A battery case: `python -m qml_ray.<command> args...` (with {tmp}, {file}, {run}, {data},
+    {configs}, {smoke} and {port}, a port where nobody answers, filled in) must fail with `message`."""
+    return pytest.param(command, args, message, env or {}, id=id)
+
+
+TRAIN = ("train", "--config", "{smoke}", "--storage", "{tmp}/runs")
+SWEEP = ("sweep", "--config", "{smoke}", "--storage", "{tmp}/runs")
+CLI = "unrecognized arguments"
+MISTAKES = [
+    # train: config values and flags
+    mistake("train", "--qubits", "3", message="qubits must be at least 4", id="train-qubits-3"),
+    mistake(*TRAIN, "--qubits", "39", message="qubits must be at most 38", id="train-qubits-beyond-any-machine"),
+    mistake("train", "--workers", "0", message="workers must be at least 1", id="train-workers-0"),
+    mistake("train", "--epochs", "0", message="epochs must be at least 1", id="train-epochs-0"),
+    mistake("train", "--workers", "two", message="workers must be a whole number, got 'two'", id="train-workers-two"),
+    mistake("train", "--layers", "9", message="layers must be 1..3 for 8 qubits", id="train-layers-9"),
+    mistake("train", "--resume", message="--resume needs the --name", id="train-resume-without-name"),
+    mistake("train", "--learning-rate", "fast", message="learning_rate must be a number", id="train-rate-text"),
+    mistake("train", "--learning-rate", "inf", message="learning_rate must be a positive number", id="train-rate-inf"),
+    mistake("train", "--seed", "-1", message="seed must be 0 or more", id="train-seed-negative"),
+    mistake("train", "--test-fraction", "1.5", message="test_fraction must be between 0 and 1", id="train-fraction"),
+    mistake(
+        "train", "--size-thread-pools", "maybe", message="size_thread_pools must be true or false", id="train-bool"
+    ),
+    mistake("train", "--hidden-activation", "sigmoid", message="hidden_activation must be one of", id="train-choice"),
+    mistake("train", "--profile-steps", "8,5", message="profile_steps must be START,STOP", id="train-profile-steps"),
+    mistake("train", "--profiler-port", "80", message="profiler_port must be 0 (off) or 1024..", id="train-port"),
+    mistake("train", "--frobnicate", message=f"{CLI}: --frobnicate", id="train-unknown-flag"),
+    # train: config files
+    mistake("train", "--config", "{configs}/missing.yaml", message="config file not found", id="config-missing"),
+    mistake("train", "--config", "{configs}", message="cannot read config file", id="config-is-a-folder"),
+    mistake("train", "--config", "{configs}/binary.yaml", message="cannot read config file", id="config-binary"),
+    mistake(
+        "train", "--config", "{configs}/unparsable.yaml", message="cannot read config file", id="config-unparsable"
+    ),
+    mistake("train", "--config", "{configs}/unknown-key.yaml", message="unknown config key(s): qbits", id="config-key"),
+    mistake("train", "--config", "{configs}/negative.yaml", message="epochs must be at least 1", id="config-value"),
+    mistake("train", "--config", "{configs}/list.yaml", message="must hold a mapping", id="config-not-a-mapping"),
+    # train: run names that are not one folder name
+    mistake(*TRAIN, "--name", "../escape", message="--name must be one folder name", id="name-climbs-out"),
+    mistake(*TRAIN, "--name", "", message="--name must be one folder name", id="name-empty"),
+    mistake(*TRAIN, "--name", "a/b", message="--name must be one folder name", id="name-with-separator"),
+    mistake(*TRAIN, "--name", ".", message="--name must be one folder name", id="name-is-the-storage"),
+    mistake(*TRAIN, "--name", "{tmp}/elsewhere", message="--name must be one folder name", id="name-absolute"),
+    # train: storage that cannot hold a run
+    mistake("train", "--storage", "", message="storage must not be empty", id="storage-empty"),
+    mistake("train", "--storage", "gs:/bucket/runs", message="unsupported storage", id="storage-gs-malformed"),
+    mistake("train", "--storage", "s3://bucket/runs", message="unsupported storage", id="storage-s3"),
+    mistake("train", "--storage", "{file}", message="is a file", id="storage-is-a-file"),
+    mistake("train", "--storage", "{file}/runs", message="is a file", id="storage-below-a-file"),
+    mistake(*TRAIN[:3], "--storage", "/proc/qml-runs", message="cannot create the folder", id="storage-not-creatable"),
+    # train: Ray addresses and sizes the cluster can never hold
+    mistake(*TRAIN, "--address", "127.0.0.1:{port}", message="Ray at 127.0.0.1:{port}", id="address-nobody"),
+    mistake(
+        *TRAIN,
+        "--address",
+        "auto",
+        message="Ray at 127.0.0.1:{port}",
+        env={"RAY_ADDRESS": "127.0.0.1:{port}"},
+        id="address-env-nobody",
+    ),
+    mistake(  # an empty RAY_ADDRESS is unset: a local Ray starts, and says it is too small
+        *TRAIN,
+        "--workers",
+        str(CPUS + 1),
+        message=f"not {CPUS + 1} training workers",
+        env={"RAY_ADDRESS": ""},
+        id="address-env-empty",
+    ),
+    mistake(*TRAIN, "--qubits", "38", message="more than the largest Ray node has", id="train-memory"),
+    # infer
+    mistake("infer", "--run", "{tmp}/nothing", message="no run at", id="infer-no-run"),
+    mistake("infer", "--run", "{file}", message="no run at", id="infer-run-is-a-file"),
+    mistake("infer", "--run", "gs:/bucket/run", message="unsupported storage", id="infer-run-malformed"),
+    mistake("infer", "--run", "{run}", "--actors", "0", message="must be at least 1", id="infer-actors-0"),
+    mistake("infer", "--run", "{run}", "--batch-size", "-1", message="must be at least 1", id="infer-batch-negative"),
+    mistake("infer", "--run", "{run}", message="no data at", id="infer-run-without-data"),
+    mistake("infer", "--run", "{run}", "--data", "{data}/none.parquet", message="no data at", id="infer-no-data"),
+    mistake("infer", "--run", "{run}", "--data", "{data}/text.parquet", message="as Parquet", id="infer-not-parquet"),
+    mistake(
+        "infer",
+        "--run",
+        "{run}",
+        "--data",
+        "{data}/no-circuit.parquet",
+        message="no 'circuit' column",
+        id="infer-column",
+    ),
+    mistake("infer", "--run", "{run}", "--data", "{data}/int-circuit.parquet", message="not int64", id="infer-type"),
+    mistake("infer", "--run", "{run}", "--data", "{data}/empty.parquet", message="has no rows", id="infer-no-rows"),
+    mistake(
+        "infer", "--run", "{run}", "--data", "{data}/garbage.parquet", message="not a serialized", id="infer-garbage"
+    ),
+    mistake(
+        "infer", "--run", "{run}", "--data", "{data}/pauli-sum.parquet", message="not a serialized", id="infer-pauli"
+    ),
+    mistake(
+        "infer",
+        "--run",
+        "{run}",
+        "--data",
+        "{data}/other-qubits.parquet",
+        message="is on q(0, 7), not among the model's 4 qubits",
+        id="infer-other-qubits",
+    ),
+    mistake(
+        "infer",
+        "--run",
+        "{run}",
+        "--data",
+        "{data}/../run/config.yaml",
+        message="as Parquet",
+        id="infer-data-is-yaml",
+    ),
+    # cluster render: values GKE or KubeRay would refuse later
+    mistake("cluster", *RENDER, "--bucket", "My_Bucket", message="--bucket must be", id="render-bucket-case"),
+    mistake("cluster", *RENDER, "--bucket", "ab", message="--bucket must be", id="render-bucket-short"),
+    mistake("cluster", *RENDER, "--bucket", "goog-runs", message="--bucket must be", id="render-bucket-goog"),
+    mistake("cluster", *RENDER, "--bucket", "my-google-runs", message="--bucket must be", id="render-bucket-google"),
+    mistake("cluster", *RENDER, "--bucket", "192.168.1.1", message="--bucket must be", id="render-bucket-ip"),
+    mistake("cluster", *RENDER, "--bucket", "b" * 64, message="--bucket must be", id="render-bucket-long"),
+    mistake("cluster", *RENDER, "--name", "QCNN", message="--name must be", id="render-name-case"),
+    mistake("cluster", *RENDER, "--name", "q" * 42, message="--name must be 1-41", id="render-name-long"),
+    mistake("cluster", *RENDER, "--name", "9lives", message="--name must be", id="render-name-digit-first"),
+    mistake("cluster", *RENDER, "--namespace", "QML_Ray", message="--namespace must be", id="render-namespace"),
+    mistake("cluster", *RENDER, "--image", "", message="--image must name the image by digest", id="render-no-image"),
+    mistake("cluster", *RENDER, "--image", "qml-ray:0.1.0", message="by digest", id="render-image-tag"),
+    mistake("cluster", *RENDER, "--image", "Qml Ray@sha256:00", message="by digest", id="render-image-malformed"),
+    mistake("cluster", *RENDER, "--workers", "0", message="workers must be at least 1", id="render-workers-0"),
+    mistake("cluster", *RENDER, "--out", "{file}", message="is a file", id="render-out-is-a-file"),
+    mistake("cluster", *RENDER[:2], "{configs}/nope.yaml", *RENDER[3:], message="not found", id="render-no-config"),
+    # bench
+    mistake("bench", "circuits", "--qubits", "3", message="numbers of at least 4", id="circuits-qubits-3"),
+    mistake("bench", "circuits", "--qubits", "8,39", message="at most 38", id="circuits-qubits-beyond"),
+    mistake(
+        "bench", "circuits", "--qubits", "38", "--out", "{tmp}/c", message="more than this machine", id="circuits-mem"
+    ),
+    mistake("bench", "circuits", "--out", "{file}", message="is a file", id="circuits-out-is-a-file"),
+    mistake("bench", "circuits", "--threads", "0", message="a positive number", id="circuits-threads-0"),
+    mistake(
+        "bench", "circuits", "--efficiency-from", "{file}", message="cannot read a runtimes.json", id="circuits-json"
+    ),
+    mistake("bench", "runtimes", "--workers", "0", message="numbers of at least 1", id="runtimes-workers-0"),
+    mistake("bench", "runtimes", "--epochs", "1", message="at least 2 epochs", id="runtimes-epochs-1"),
+    mistake("bench", "runtimes", "--runtimes", "docker", message="expected some of", id="runtimes-unknown"),
+    mistake("bench", "runtimes", "--workers", "100000", message="more than this machine's", id="runtimes-cpus"),
+    mistake("bench", "runtimes", "--out", "{file}", message="is a file", id="runtimes-out-is-a-file"),
+    mistake(
+        "bench", "runtimes", "--config", "{configs}/huge.yaml", message="more than this machine", id="runtimes-memory"
+    ),
+    mistake("bench", "spin", message="invalid choice", id="bench-unknown-command"),
+    # sweep
+    mistake(*SWEEP, "--grid", "qbits=4,6", message="unknown config key 'qbits'", id="sweep-unknown-key"),
+    mistake(*SWEEP, "--grid", "qubits=3,4", message="qubits must be at least 4", id="sweep-bad-value"),
+    mistake(*SWEEP, "--grid", "qubits", message="--grid takes KEY=VALUE,VALUE", id="sweep-grid-without-values"),
+    mistake(*SWEEP, "--grid", "storage=a,b", message="storage cannot be swept", id="sweep-storage"),
+    mistake(*SWEEP, "--seeds", "0", message="--seeds must be at least 1", id="sweep-seeds-0"),
+    mistake(*SWEEP, "--max-concurrent", "0", message="--max-concurrent must be at least 1", id="sweep-concurrent-0"),
+    mistake(*SWEEP, "--early-stop", "speed", message="invalid choice", id="sweep-early-stop-metric"),
+    mistake(*SWEEP, "--resume", message="--resume needs the --name", id="sweep-resume-without-name"),
+    mistake(*SWEEP, "--name", "../up", message="--name must be one folder name", id="sweep-name-climbs-out"),
+    mistake(*SWEEP[:3], "--storage", "{file}", message="is a file", id="sweep-storage-is-a-file"),
+]
+
+
+@pytest.mark.parametrize("command, args, message, env", MISTAKES)
+def test_mistake(tree, command, args, message, env):
+    port = str(free_port())
+    fill = {**{name: str(path) for name, path in tree.items()}, "port": port}
+    before = snapshot(tree["tmp"])
+    done = run_command(
+        command,
+        *(str(arg).format(**fill) for arg in args),
+        timeout=MISTAKE_SECONDS,
+        env=command_env(**{key: value.format(**fill) for key, value in env.items()}),
+        cwd=tree["work"],
+    )
+    assert_usage_error(done, message.format(**fill))
+    assert snapshot(tree["tmp"]) == before
 
 
 def test_more_workers_than_the_cluster_can_place_fails_at_once(tmp_path):
@@ -132,13 +330,18 @@ def test_infer_with_missing_corrupt_or_mismatched_weights(run_copy, damage, mess
     assert not (run_copy / storage.PREDICTIONS).exists()
 
 
-def test_infer_without_a_run_or_its_data(run_copy, tmp_path):
-    assert_usage_error(run_command("infer", "--run", tmp_path / "nothing"), "error: no run at")
-    assert_usage_error(
-        run_command("infer", "--run", run_copy, "--data", tmp_path / "none.parquet"), "error: no data at"
-    )
-    assert_usage_error(run_command("infer", "--run", run_copy, "--actors", "0"), "must be at least 1")
-    assert not (run_copy / storage.PREDICTIONS).exists()
+def test_a_bad_row_met_by_the_actors_is_one_line_naming_it(run_copy):
+    """The driver checks the data's first row; a bad row after it stops the actors with one line."""
+    table = pq.read_table(run_copy / storage.DATA / "test.parquet")
+    circuits = table.column("circuit").to_pylist()
+    circuits[5] = b"garbage"
+    bad = table.set_column(table.schema.get_field_index("circuit"), "circuit", pa.array(circuits, pa.binary()))
+    pq.write_table(bad, run_copy.parent / "bad.parquet")
+    before = snapshot(run_copy.parent)
+    data = ("--data", run_copy.parent / "bad.parquet", "--batch-size", 4)
+    done = run_command("infer", "--run", run_copy, *data, timeout=MISTAKE_SECONDS)
+    assert_usage_error(done, f"error: the circuit of row id {table['id'][5]} is not a serialized TFQ circuit")
+    assert snapshot(run_copy.parent) == before
 
 
 def test_training_that_keeps_failing_says_how_to_continue(run_copy):

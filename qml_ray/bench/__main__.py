@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from qml_ray import cli, config as config_lib
+from qml_ray import cli, config as config_lib, storage
 from qml_ray.bench.runtimes import POOLS, RUNTIMES
 from qml_ray.errors import UsageError
 
@@ -137,6 +137,25 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def require_cpus(processes: int, threads: int, remedy: str) -> None:
+    """A UsageError unless this machine, where every benchmark process runs, has the CPUs for them."""
+    cpus = len(os.sched_getaffinity(0))
+    if processes * threads > cpus:
+        raise UsageError(f"{processes} process(es) of {threads} CPU(s) need more than this machine's {cpus}: {remedy}")
+
+
+def require_memory(processes: int, threads: int, qubits: int, remedy: str) -> None:
+    """A UsageError unless this machine has the memory for the state vectors of `processes` processes
+    simulating `qubits` qubits on `threads` threads each."""
+    need = processes * config_lib.state_bytes(qubits, threads)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > memory:
+        raise UsageError(
+            f"the state vectors of {qubits} qubits on {processes * threads} thread(s) need {need / 2**30:.3g} GiB, "
+            f"more than this machine's {memory / 2**30:.3g} GiB: {remedy}"
+        )
+
+
 def write_outputs(out: str, stem: str, doc: dict, table: str) -> Path:
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -154,6 +173,9 @@ def runtimes_main(args) -> None:
     if epochs < 2:
         raise UsageError("the benchmark needs at least 2 epochs: the first is reported apart")
     config = config.replace(epochs=epochs, checkpoint_every=epochs, profile_steps="", profiler_port=0)
+    storage.check_local_folder(args.out)
+    require_cpus(max(args.workers), config.cpus_per_worker, "lower --workers or the config's cpus_per_worker")
+    require_memory(max(args.workers), config.cpus_per_worker, config.qubits, "lower --workers or the config's qubits")
     pools = args.thread_pools or ["sized" if config.size_thread_pools else "default"]
     measured = runtimes.run_all(config, args.runtimes, args.workers, pools, args.rounds, args.run_timeout)
     results, ratios = report.summarize(measured["records"], measured["train_examples"], measured["test_examples"])
@@ -191,6 +213,10 @@ def efficiency_from(path: str | None) -> tuple[float, str]:
 
 def circuits_main(args) -> None:
     efficiency, source = efficiency_from(args.efficiency_from)
+    if max(args.qubits) > config_lib.MAX_QUBITS:
+        raise UsageError(f"--qubits must be at most {config_lib.MAX_QUBITS}: no machine holds the state vectors")
+    storage.check_local_folder(args.out)
+    require_memory(1, args.threads, max(args.qubits), "lower --qubits or --threads")
     threads = str(args.threads)  # TensorFlow reads these once, when it starts: before the import below
     os.environ.update({"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads})
     from qml_ray.bench import circuits
