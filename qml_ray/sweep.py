@@ -32,6 +32,7 @@ NOT_SWEPT = ("storage",)  # the sweep's folder holds its trials
 # What a trial's driver (the Tune function that runs its Ray Train run) reserves: no CPU, so the
 # CPUs go to the trials' workers, and some memory, since Tune needs a resource to place it.
 DRIVER_RESOURCES = {"cpu": 0, "memory": 300 * 2**20}
+TRIAL_RETRIES = 2  # Tune's restarts of a failed trial, each continuing from its checkpoints
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,10 @@ def run_tune(sweep: str, trials: list[Trial], at_once: int, metric: str, early_s
     from ray.tune.schedulers import ASHAScheduler
 
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's older console output, silent at verbose=0
+    # Tune resolves its result paths against the working directory, and under `ray job submit`
+    # Ray may delete and recreate the job's while no process of it holds it: stand where nothing
+    # moves (every path here is absolute).
+    os.chdir("/")
     logging.getLogger("ray.tune").setLevel(logging.CRITICAL)  # failures are told by TrialLines and results
     filesystem, path = storage.pyarrow_filesystem(sweep)
     trainable = tune.with_resources(run_trial, DRIVER_RESOURCES)
@@ -285,6 +290,9 @@ def run_tune(sweep: str, trials: list[Trial], at_once: int, metric: str, early_s
             storage_path=path,
             storage_filesystem=filesystem,
             callbacks=[TrialLines(trials, metric)],
+            # A trial whose driver fails (e.g. Ray Train 2.60's placement group cleaner taking a live
+            # run's controller for dead, seen under heavy load) runs again from its checkpoints.
+            failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
             verbose=0,
         ),
     )

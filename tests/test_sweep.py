@@ -155,7 +155,7 @@ def test_resume_after_the_sweep_is_killed(tmp_path):
         (["--seeds", "0"], "error: --seeds must be at least 1"),
         (["--grid", "seed=1,2", "--seeds", "2"], "error: give seeds with --seeds or with --grid seed=..., not both"),
         (["--early-stop", "speed"], "error: argument --early-stop: invalid choice: 'speed'"),
-        (["--cpus-per-worker", str(CPUS + 1)], "not 1 worker(s) for one trial: lower --workers or --cpus-per-worker"),
+        (["--cpus-per-worker", str(CPUS + 1)], "not 2 worker(s) for one trial: lower --workers or --cpus-per-worker"),
     ],
 )
 def test_bad_sweeps(tmp_path, args, message):
