@@ -125,7 +125,7 @@ def plan(args) -> tuple[str, list[Trial]]:
         raise UsageError("--max-concurrent must be at least 1")
     if args.resume and not args.name:
         raise UsageError("--resume needs the --name of the sweep to continue")
-    sweep = storage.run_dir(base.storage, args.name or time.strftime("%Y%m%d-%H%M%S"))
+    sweep = storage.run_dir(base.storage, time.strftime("%Y%m%d-%H%M%S") if args.name is None else args.name)
     seeds = {} if "seed" in grid else {"seed": [base.seed + i for i in range(args.seeds)]}
     trials = []
     for values in itertools.product(*grid.values(), *seeds.values()):

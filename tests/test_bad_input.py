@@ -243,6 +243,7 @@ MISTAKES = [
     mistake(*SWEEP, "--early-stop", "speed", message="invalid choice", id="sweep-early-stop-metric"),
     mistake(*SWEEP, "--resume", message="--resume needs the --name", id="sweep-resume-without-name"),
     mistake(*SWEEP, "--name", "../up", message="--name must be one folder name", id="sweep-name-climbs-out"),
+    mistake(*SWEEP, "--name", "", message="--name must be one folder name", id="sweep-name-empty"),
     mistake(*SWEEP[:3], "--storage", "{file}", message="is a file", id="sweep-storage-is-a-file"),
 ]
 
