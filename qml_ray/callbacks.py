@@ -2,11 +2,12 @@
 
 Keras calls callbacks in list order, and each per-epoch one reads what those before it
 recorded: EpochClock times the epoch, MetricsHistory makes the epoch's row from that and
-Keras's metrics, then on rank 0 ConsoleLine prints the row, TensorBoardLog writes it to
+Keras's metrics, then on rank 0 ConsoleLine says the row, TensorBoardLog writes it to
 the TensorBoard logs and RunLogs publishes metrics.csv and those logs to the run folder,
 and under Ray Train RayReport reports it, with a checkpoint when one is due (or a node is
 draining). ProgressLine (rank 0: lines within long epochs), StepProfiler (rank 0, before
-the others) and Timings (the benchmark's, last) stand apart.
+the others) and Timings (the benchmark's, last) stand apart. Under Ray Train, rank 0's RayMetrics
+sets each row as Ray metrics, for the dashboard and Prometheus.
 """
 
 import csv
@@ -15,9 +16,9 @@ import json
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import numpy as np
 import ray.train
@@ -37,6 +38,12 @@ HISTORY_FIELDS = (
     "circuits_per_second",
     "finished_at",
 )  # finished_at: Unix time, so restarts show as gaps
+RAY_METRICS = {  # the history's keys exported as Ray metrics, and what each means
+    "epoch": "epochs trained",
+    "loss": "the last epoch's training loss",
+    "val_loss": "the last epoch's validation loss",
+    "circuits_per_second": "the last epoch's training circuits per second",
+}
 
 
 class EpochClock(tf.keras.callbacks.Callback):
@@ -76,21 +83,19 @@ class MetricsHistory(tf.keras.callbacks.Callback):
 
 
 class ConsoleLine(tf.keras.callbacks.Callback):
-    """One line per epoch on stdout, which Ray forwards to the driver."""
+    """One line per epoch, handed to `say` (under Ray Train, a console.Console's)."""
 
-    def __init__(self, history: MetricsHistory, epochs: int):
+    def __init__(self, history: MetricsHistory, epochs: int, say: Callable[[str], None]):
         super().__init__()
-        self.history, self.epochs = history, epochs
+        self.history, self.epochs, self.say = history, epochs, say
 
     def on_epoch_end(self, epoch, logs=None):
         row = self.history.latest
-        # Straight to stdout: Ray re-routes print to logging.
-        sys.stdout.write(
+        self.say(
             f"epoch {row['epoch']}/{self.epochs}  loss {row['loss']:.4f}  accuracy {row['accuracy']:.3f}  "
             f"val_loss {row['val_loss']:.4f}  val_accuracy {row['val_accuracy']:.3f}  "
-            f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.0f} circuits/s\n"
+            f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.0f} circuits/s"
         )
-        sys.stdout.flush()
 
 
 class ProgressLine(tf.keras.callbacks.Callback):
@@ -98,9 +103,17 @@ class ProgressLine(tf.keras.callbacks.Callback):
     lines' style: training steps done of the epoch's `steps`, circuits/s so far, and the seconds
     the epoch's training steps have left at that pace (validation comes after)."""
 
-    def __init__(self, epochs: int, steps: int, train_examples: int, interval: float = PROGRESS_SECONDS):
+    def __init__(
+        self,
+        epochs: int,
+        steps: int,
+        train_examples: int,
+        interval: float = PROGRESS_SECONDS,
+        say: Callable[[str], None] = print,
+    ):
         super().__init__()
         self.epochs, self.steps, self.train_examples, self.interval = epochs, steps, train_examples, interval
+        self.say = say  # under Ray Train, a console.Console's
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch, self.started = epoch, time.perf_counter()
@@ -112,12 +125,11 @@ class ProgressLine(tf.keras.callbacks.Callback):
             return
         self.last_line, done, elapsed = now, batch + 1, now - self.started
         left = self.params["steps"] - done  # fewer steps than `steps` in an epoch resumed mid-way
-        sys.stdout.write(
+        self.say(
             f"epoch {self.epoch + 1}/{self.epochs}  step {self.steps - left}/{self.steps}  "
             f"{self.train_examples / self.steps * done / elapsed:.3g} circuits/s  "
-            f"{elapsed / done * left:.0f}s of training left in the epoch\n"
+            f"{elapsed / done * left:.0f}s of training left in the epoch"
         )
-        sys.stdout.flush()
 
 
 class TensorBoardLog(tf.keras.callbacks.Callback):
@@ -225,14 +237,35 @@ class RayReport(tf.keras.callbacks.Callback):
             ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=storage.checkpoint_name(epochs, step))
 
 
+class RayMetrics(tf.keras.callbacks.Callback):
+    """Each epoch's row as Ray metrics (ray.util.metrics gauges, tagged with the run's name), which
+    every node's metrics endpoint serves to Prometheus as ray_qml_ray_<key> and the dashboard's
+    Metrics view and Grafana chart."""
+
+    def __init__(self, history: MetricsHistory, run_name: str):
+        super().__init__()
+        from ray.util.metrics import Gauge
+
+        self.history, self.tags = history, {"run": run_name}
+        self.gauges = {
+            key: Gauge(f"qml_ray_{key}", description=text, tag_keys=("run",)) for key, text in RAY_METRICS.items()
+        }
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, gauge in self.gauges.items():
+            gauge.set(self.history.latest[key], tags=self.tags)
+
+
 class StepProfiler(tf.keras.callbacks.Callback):
     """Traces training steps `first..last` (counted from 1 in this training, across epochs) with
     the TF profiler into `logdir`, where TensorBoard's Profile tab finds it. A trace still open
-    when the last epoch ends is closed then, so the epoch's log publishing includes it."""
+    when the last epoch ends is closed then, so the epoch's log publishing includes it. A trace
+    the profiler is too busy for is skipped with a line to `say`."""
 
-    def __init__(self, steps: tuple[int, int], logdir: str):
+    def __init__(self, steps: tuple[int, int], logdir: str, say: Callable[[str], None]):
         super().__init__()
         (self.first, self.last), self.logdir, self.step, self.tracing = steps, logdir, 0, False
+        self.say = say
 
     def on_train_batch_begin(self, batch, logs=None):
         self.step += 1
@@ -241,7 +274,7 @@ class StepProfiler(tf.keras.callbacks.Callback):
                 tf.profiler.experimental.start(self.logdir)
                 self.tracing = True
             except tf.errors.OpError as err:  # e.g. an on-demand capture is running
-                sys.stdout.write(f"profile_steps: no trace, the profiler is busy: {err.message}\n")
+                self.say(f"profile_steps: no trace, the profiler is busy: {err.message}")
 
     def on_train_batch_end(self, batch, logs=None):
         if self.tracing and self.step == self.last:

@@ -61,6 +61,15 @@ def add_address_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show Ray's and TensorFlow's logs from every process (always kept in Ray's log files, "
+        "/tmp/ray/session_latest/logs on each node)",
+    )
+
+
 def overrides(args: argparse.Namespace) -> dict:
     """The config values given as flags."""
     return {key: getattr(args, key) for key in config_lib.FIELDS if getattr(args, key) is not None}

@@ -27,6 +27,7 @@ def parse_args(argv=None):
     parser.add_argument("--actors", type=int, default=1, metavar="N", help="model-holding actors (default: 1)")
     parser.add_argument("--batch-size", type=int, default=64, metavar="N", help="circuits per batch (default: 64)")
     cli.add_address_flag(parser)
+    cli.add_verbose_flag(parser)
     args = parser.parse_args(argv)
     if args.actors < 1 or args.batch_size < 1:
         parser.error("--actors and --batch-size must be at least 1")
@@ -167,8 +168,12 @@ def main(argv=None) -> None:
         raise UsageError(f"no data at {data_path}")
     check_data(data_path, config.qubits)
     load_trained_model(run)  # fail here, in one line, rather than inside an actor
-    runtime.connect(args.address)
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    runtime.connect(args.address, log_to_driver=args.verbose)
+    if not args.verbose:
+        import ray.data  # which sets its loggers' levels on import: so after it, its progress off too
+
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        ray.data.DataContext.get_current().enable_progress_bars = False
     runtime.require_capacity(
         args.actors + 1,
         1,

@@ -35,7 +35,8 @@ def job_env() -> dict:
 def connect(address: str | None, log_to_driver: bool = True) -> None:
     """Join Ray: `None` joins the job's cluster when run by `ray job submit`, else starts a
     local Ray; `auto` joins the cluster that RAY_ADDRESS or this machine names; else the address.
-    `log_to_driver=False` keeps the workers' output (their epoch lines) off this console."""
+    `log_to_driver=False` keeps the workers' output (their epoch lines) and Ray's warnings off this
+    console (they stay in Ray's log files)."""
     if ray.is_initialized():
         return
     if not os.environ.get("RAY_ADDRESS"):  # empty is unset (Ray itself would take it for an address)
@@ -47,7 +48,7 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
         ray.init(
             address=address,
             runtime_env={"env_vars": job_env()},
-            logging_level="WARNING",
+            logging_level="WARNING" if log_to_driver else "ERROR",
             log_to_driver=log_to_driver,
         )
     except (ConnectionError, RuntimeError, ValueError) as err:

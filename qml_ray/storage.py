@@ -77,9 +77,10 @@ def join(base: str, *parts: str) -> str:
 
 
 def checkpoint_name(epoch: int, step: int = 0) -> str:
-    """The folder, within checkpoints/, of the checkpoint taken after `epoch` epochs (and `step`
-    steps of the next, for one taken on a node's drain notice)."""
-    return f"epoch-{epoch:05d}" + (f"-step-{step:05d}" if step else "")
+    """The folder, relative to the run folder (Ray Train's), of the checkpoint taken after `epoch`
+    epochs (and `step` steps of the next, for one taken on a node's drain notice):
+    checkpoints/epoch-NNNNN[-step-NNNNN]."""
+    return f"{CHECKPOINTS}/epoch-{epoch:05d}" + (f"-step-{step:05d}" if step else "")
 
 
 def split_path(run: str, split: str) -> str:

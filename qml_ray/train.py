@@ -7,6 +7,7 @@ final weights once it is done.
 
 import json
 import os
+import posixpath
 import shutil
 import sys
 import tempfile
@@ -36,6 +37,7 @@ def parse_args(argv=None):
         "or start it if it does not exist yet (so a rerun after a crash continues)",
     )
     cli.add_address_flag(parser)
+    cli.add_verbose_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -72,7 +74,7 @@ def published_epochs(run: str) -> int:
 
 
 def prepare_run(config: config_lib.Config, run: str, resume: bool) -> None:
-    """Write the resolved config, and on a new run the data set every worker will read."""
+    """Write the resolved config, and on a new run first the data set every worker will read."""
     if not resume:
         from qml_ray import data
 
@@ -85,8 +87,11 @@ def replacement_wait(config: config_lib.Config) -> float:
     return max(config.capacity_timeout, MIN_REPLACEMENT_WAIT_SECONDS)
 
 
-def fit(config: config_lib.Config, run: str, callbacks=()):
-    """Run the Ray Train job; Ray Train resumes from <run>/checkpoints/ when it holds any.
+def fit(config: config_lib.Config, run: str, callbacks=(), console=None, new_run=False):
+    """Run the Ray Train job, named after the run; Ray Train resumes from the run's checkpoints
+    (<run>/checkpoints/, listed in <run>/checkpoint_manager_snapshot.json) when it holds any.
+    Rank 0 says its lines to `console` (a console.Console), if given, else to its log; the
+    workers of a `new_run` first have rank 0 write its data set and config (prepare_run).
 
     A lost worker (or its node) restarts the whole worker group from the latest checkpoint,
     up to `max_failures` times. If the cluster cannot place every worker again within
@@ -94,8 +99,9 @@ def fit(config: config_lib.Config, run: str, callbacks=()):
     waits for capacity without end, and never continues with fewer workers.
     `callbacks`: Ray Train callbacks for the run (a sweep passes Tune's report callback)."""
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-    from ray.train.tensorflow import TensorflowTrainer
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
+    from qml_ray.tf_backend import TFConfig
     from qml_ray.worker import train_worker
 
     os.environ.update(
@@ -105,13 +111,14 @@ def fit(config: config_lib.Config, run: str, callbacks=()):
         }
     )
     filesystem, path = storage.pyarrow_filesystem(run)
-    trainer = TensorflowTrainer(
+    trainer = DataParallelTrainer(  # Ray's TensorflowTrainer, less its import of TensorFlow (tf_backend.py)
         train_worker,
-        train_loop_config={"config": config_lib.asdict(config), "run": run},
+        backend_config=TFConfig(),
+        train_loop_config={"config": config_lib.asdict(config), "run": run, "console": console, "new_run": new_run},
         scaling_config=ScalingConfig(num_workers=config.workers, resources_per_worker={"CPU": config.cpus_per_worker}),
         run_config=RunConfig(
-            name=storage.CHECKPOINTS,
-            storage_path=path,
+            name=posixpath.basename(path),  # the run's name, under which the dashboard shows it
+            storage_path=posixpath.dirname(path),  # so Ray Train's folder is the run folder
             storage_filesystem=filesystem,
             failure_config=FailureConfig(max_failures=config.max_failures, controller_failure_limit=0),
             logging_config=LoggingConfig(log_level="WARNING"),
@@ -166,7 +173,7 @@ def main(argv=None) -> None:
         )
         return
     warn_idle_threads(config)
-    runtime.connect(args.address)
+    runtime.connect(args.address, log_to_driver=args.verbose)
     runtime.require_capacity(
         config.workers,
         config.cpus_per_worker,
@@ -181,11 +188,16 @@ def main(argv=None) -> None:
     )
     storage.make_folder(run)
     print(f"run folder: {run}", flush=True)
-    prepare_run(config, run, resuming)
+    if resuming:  # else rank 0 writes the data set, which needs TFQ: this process need not import it
+        prepare_run(config, run, resuming)
     from ray.train import TrainingFailedError
 
+    from qml_ray.console import Console
+
+    console = Console()
     try:
-        result = fit(config, run)
+        with console.printing():
+            result = fit(config, run, console=console, new_run=not resuming)
     except TrainingFailedError as err:  # failed more than max_failures times, or lost capacity for good
         print(f"error: {failure_message(err, config)}", file=sys.stderr)
         print(f"the checkpoints are kept: continue with --name {os.path.basename(run)} --resume", file=sys.stderr)

@@ -5,38 +5,46 @@ trains on its own shard of the run's data set, reports every epoch to Ray Train 
 every `checkpoint_every` epochs (and at the next step boundary when a node of the run is
 draining), saves weights, optimizer state, the metrics history and the TensorBoard logs as a
 Ray Train checkpoint (the per-epoch work: callbacks.py).
+
+TensorFlow is imported inside the functions: Ray Train's controller imports this module
+to unpickle `train_worker`, and has no use for TensorFlow.
 """
+
+from __future__ import annotations
 
 import json
 import math
 import os
 import shutil
-import sys
 import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import ray.train
-import tensorflow as tf
 
 from qml_ray import runtime, storage
-from qml_ray.callbacks import (
-    ConsoleLine,
-    EpochClock,
-    MetricsHistory,
-    ProgressLine,
-    RayReport,
-    RunLogs,
-    StepProfiler,
-    TensorBoardLog,
-    Timings,
-)
 from qml_ray.config import Config
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def train_worker(params: dict) -> None:
-    """Ray Train's train_loop_per_worker."""
-    config, run = Config(**params["config"]), params["run"]
+    """Ray Train's train_loop_per_worker; rank 0's lines go to the command's console.Console,
+    if it gave one (else to this worker's log)."""
+    import tensorflow as tf
+
+    config, run, console = Config(**params["config"]), params["run"], params.get("console")
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     context = ray.train.get_context()
+    if params.get("new_run"):  # rank 0 writes the data set (drawing it needs TFQ) and config, once
+        from ray.train.collective import barrier
+
+        from qml_ray.train import prepare_run
+
+        if context.get_world_rank() == 0 and not storage.exists(storage.join(run, storage.CONFIG)):
+            prepare_run(config, run, resume=False)
+        barrier()
     train_replica(
         config,
         run,
@@ -46,6 +54,7 @@ def train_worker(params: dict) -> None:
         ray.train.get_checkpoint(),
         ray_train=True,
         local_rank=context.get_local_rank(),
+        say=console.say if console else print,
     )
 
 
@@ -58,6 +67,7 @@ def train_replica(
     checkpoint: ray.train.Checkpoint | None = None,
     ray_train: bool = False,
     local_rank: int = 0,
+    say: Callable[[str], None] = print,
 ) -> None:
     """Train this replica on its shard of the run's data, from `checkpoint` if given.
 
@@ -65,7 +75,22 @@ def train_replica(
     checkpoints), and the benchmark's plain TF_CONFIG processes and single process. Create
     `strategy` before calling: importing TFQ starts TensorFlow's runtime, after which a
     MultiWorkerMirroredStrategy can no longer be set up. `local_rank` (this worker's index on
-    its node) offsets the profiler server's port."""
+    its node) offsets the profiler server's port. Rank 0 hands its console lines to `say`."""
+    import tensorflow as tf
+
+    from qml_ray.callbacks import (
+        ConsoleLine,
+        EpochClock,
+        MetricsHistory,
+        ProgressLine,
+        RayMetrics,
+        RayReport,
+        RunLogs,
+        StepProfiler,
+        TensorBoardLog,
+        Timings,
+    )
+
     tf.get_logger().setLevel("ERROR")
     if config.profiler_port:
         tf.profiler.experimental.server.start(config.profiler_port + local_rank)
@@ -91,22 +116,26 @@ def train_replica(
         model.optimizer.build(model.trainable_variables)  # so a checkpoint's slots restore now
     summaries_dir = tempfile.mkdtemp(prefix="tensorboard-") if rank == 0 else None
     done, step, rows = restore(model, checkpoint, summaries_dir)
+    if rank == 0 and checkpoint is not None:  # a restart, or a resumed run
+        say(f"continuing from the checkpoint of epoch {done}")
 
     clock = EpochClock()
     history = MetricsHistory(rows, clock, train_table.num_rows)
     callbacks = [clock, history]  # in this order: each callback reads what those before it recorded
     if rank == 0:
         callbacks += [
-            ProgressLine(config.epochs, train_steps, train_table.num_rows),
-            ConsoleLine(history, config.epochs),
+            ProgressLine(config.epochs, train_steps, train_table.num_rows, say=say),
+            ConsoleLine(history, config.epochs, say),
             TensorBoardLog(history, summaries_dir, data.shard(test_table, rank, world_size).num_rows),
             RunLogs(history, run, summaries_dir),
         ]
     if ray_train:
         callbacks.append(RayReport(history, config, summaries_dir, train_steps))
+    if ray_train and rank == 0:
+        callbacks.append(RayMetrics(history, os.path.basename(run)))
     profile_steps = config.profile_range()
     if rank == 0 and profile_steps:
-        callbacks.insert(0, StepProfiler(profile_steps, summaries_dir))  # done before the logs publish
+        callbacks.insert(0, StepProfiler(profile_steps, summaries_dir, say))  # done before the logs publish
     if timings := os.environ.get(runtime.TIMINGS_ENV):
         callbacks.append(Timings(os.path.join(timings, f"rank-{rank}.json")))
 
@@ -124,8 +153,7 @@ def train_replica(
 
     if step:  # a checkpoint taken mid-epoch, on a drain notice: that epoch's remaining steps first
         if rank == 0:
-            sys.stdout.write(f"resuming epoch {done + 1} at step {step + 1} of {train_steps} (a node drained)\n")
-            sys.stdout.flush()
+            say(f"resuming epoch {done + 1} at step {step + 1} of {train_steps} (a node drained)")
         fit(train_steps - step, done, done + 1)
         done += 1
     if done < config.epochs:

@@ -24,7 +24,9 @@ start_node() {  # log name, then `ray start` arguments
 }
 
 registered_nodes() {  # every node that joined, alive or not (a lost node stays listed as dead)
-  python -c "import ray; ray.init(address='127.0.0.1:$port', logging_level='ERROR'); print(len(ray.nodes()))" 2>/dev/null || echo 0
+  # Asked of the dashboard's state API: a client joining Ray (ray.init) would add a job per poll.
+  ray list nodes --address "http://127.0.0.1:$dashboard" --format json --limit 10000 2>/dev/null |
+    python -c "import json, sys; print(len(json.load(sys.stdin)))" 2>/dev/null || echo 0
 }
 
 wait_for_nodes() {  # count: wait until that many nodes have joined, up to 120 s

@@ -93,6 +93,7 @@ def cluster(tmp_path_factory):
         RAY_PORT=str(free_port()),
         DASHBOARD_PORT=str(free_port()),
         RAY_AUTH_MODE="token",
+        RAY_metrics_report_interval_ms="1000",  # workers export metrics every second (Ray's default: 10)
     )
     local = LocalCluster(f"http://127.0.0.1:{env['DASHBOARD_PORT']}", env)
 

@@ -40,8 +40,11 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
     assert (run / "weights" / "_COMPLETE").is_file() and not list(run.rglob(".tmp-*"))
 
 
-def test_console_shows_one_line_per_epoch(trained_run):
+def test_console_shows_one_line_per_epoch_and_nothing_of_ray_or_tensorflow(trained_run):
     assert epoch_lines(trained_run.output) == [(e, EPOCHS) for e in range(1, EPOCHS + 1)]
+    lines = trained_run.output.splitlines()  # stdout and stderr
+    assert len(lines) <= EPOCHS + 10, lines
+    assert not [line for line in lines if re.search(r"pid=|E0000|WARNING|INFO|Reporting training result", line)]
 
 
 def test_tensorboard_has_per_epoch_scalars_and_readout_histogram(trained_run):
@@ -72,9 +75,12 @@ def test_inference_equals_in_process_prediction(trained_run):
 def test_resume_continues_the_epoch_counter(trained_run, tmp_path):
     run = tmp_path / "smoke"
     shutil.copytree(trained_run.path, run)
-    done = run_command("train", "--storage", tmp_path, "--name", "smoke", "--resume", "--epochs", EPOCHS + 2)
+    resume = ("--name", "smoke", "--resume", "--epochs", EPOCHS + 2, "--verbose")  # and Ray's logs shown
+    done = run_command("train", "--storage", tmp_path, *resume)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
+    assert f"continuing from the checkpoint of epoch {EPOCHS}\n" in done.stdout
+    assert "(RayTrainWorker pid=" in done.stdout + done.stderr  # with --verbose, the workers' logs too
 
     before = pd.read_csv(trained_run.path / "metrics.csv")
     after = pd.read_csv(run / "metrics.csv")

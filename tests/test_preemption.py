@@ -81,13 +81,11 @@ def parent_pid(pid: int) -> int:
 
 
 def epochs_by_attempt(logs: str) -> list[list[int]]:
-    """Rank 0's epoch lines in the job's log, per worker process (one per attempt), each
-    epoch once: on one machine every node's log monitor forwards the same worker logs."""
-    attempts: dict[str, list[int]] = {}
-    for pid, epoch in re.findall(rf"pid=(\d+)[^\n]*?\bepoch (\d+)/{EPOCHS} ", logs):
-        if int(epoch) not in (seen := attempts.setdefault(pid, [])):
-            seen.append(int(epoch))
-    return list(attempts.values())
+    """The epoch lines in the job's log, per attempt of the worker group (an attempt that
+    restores a checkpoint first says so)."""
+    attempts = re.split(r"^continuing from the checkpoint of epoch \d+$", logs, flags=re.M)
+    epochs = [[int(epoch) for epoch in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", part, re.M)] for part in attempts]
+    return [attempt for attempt in epochs if attempt]
 
 
 def dashboard_train_runs(cluster) -> list[dict]:

@@ -1,0 +1,44 @@
+"""The commands' console: the lines a user reads, and only those.
+
+Ray forwards its workers' output (Ray's and TensorFlow's logs) to the command only with
+--verbose; either way it stays in Ray's log files. The lines meant for the user travel
+from the training workers to the command through a `Console`, which the command prints.
+"""
+
+import contextlib
+import threading
+
+from ray.util.queue import Empty, Queue
+
+POLL_SECONDS = 0.5
+
+
+class Console:
+    """Made by the command after joining Ray and handed to the workers, which `say` lines
+    into it; the command prints them while `printing`."""
+
+    def __init__(self):
+        self.queue = Queue(actor_options={"num_cpus": 0})  # anywhere, a head of 0 CPUs too
+
+    def say(self, line: str) -> None:
+        self.queue.put(line)
+
+    @contextlib.contextmanager
+    def printing(self):
+        """Print the lines said while the block runs, and those still queued when it ends."""
+        stop = threading.Event()
+
+        def relay():
+            while not stop.is_set():
+                with contextlib.suppress(Empty):
+                    print(self.queue.get(timeout=POLL_SECONDS), flush=True)
+
+        thread = threading.Thread(target=relay, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+            while not self.queue.empty():
+                print(self.queue.get(block=False), flush=True)
