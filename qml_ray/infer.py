@@ -98,6 +98,9 @@ def check_data(data_path: str, qubits: int) -> None:
         raise UsageError(f"the circuit of the first row of {data_path} is {problem}")
 
 
+PROBLEM = "problem"  # the actors' column of what is wrong with a row's circuit (empty: nothing)
+
+
 class QCNNPredictor:
     """Ray Data callable class: one model per actor, loaded once, applied to every batch."""
 
@@ -106,16 +109,18 @@ class QCNNPredictor:
         self.qubits = config_lib.of_run(run).qubits
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The batch's columns but `circuit`, its predictions, and per row what is wrong with its
+        circuit (PROBLEM; empty when nothing, and then its prediction is NaN)."""
         import tensorflow as tf
 
         circuits = list(batch.pop("circuit"))
-        for index, circuit in enumerate(circuits):
-            problem = circuit_problem(circuit, self.qubits)
-            if problem:
-                row = f"id {batch['id'][index]}" if "id" in batch else f"{index} of a batch"
-                raise UsageError(f"the circuit of row {row} is {problem}")
-        inputs = tf.constant(circuits, dtype=tf.string)
-        return {**batch, "prediction": self.model(inputs, training=False).numpy()[:, 0]}
+        problems = np.array([circuit_problem(circuit, self.qubits) or "" for circuit in circuits], dtype=object)
+        good = problems == ""
+        predictions = np.full(len(circuits), np.nan, np.float32)
+        if good.any():
+            inputs = tf.constant([circuit for circuit, ok in zip(circuits, good) if ok], dtype=tf.string)
+            predictions[good] = self.model(inputs, training=False).numpy()[:, 0]
+        return {**batch, "prediction": predictions, PROBLEM: problems}
 
 
 def predict(run: str, data_path: str, actors: int, batch_size: int):
@@ -137,15 +142,16 @@ def predict(run: str, data_path: str, actors: int, batch_size: int):
     )
 
 
-def usage_error_within(err: BaseException) -> UsageError | None:
-    """The UsageError an actor raised, found among the errors Ray wraps it in, or None."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if type(err) is UsageError:  # Ray's wrappers may be subclasses: their text holds a traceback
-            return err
-        seen.add(id(err))
-        err = getattr(err, "cause", None) or err.__cause__ or err.__context__
-    return None
+def without_bad_rows(predictions):
+    """The predictions less the PROBLEM column, or a UsageError naming the first row whose circuit
+    the actors could not take."""
+    problems = predictions.select_columns([PROBLEM, *(["id"] if "id" in predictions.columns() else [])]).to_pandas()
+    bad = problems[problems[PROBLEM] != ""]
+    if len(bad):
+        row = f"id {bad.iloc[0]['id']}" if "id" in bad else str(bad.index[0])
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UsageError(f"the circuit of row {row} is {bad.iloc[0][PROBLEM]}{more}")
+    return predictions.drop_columns([PROBLEM])
 
 
 def write_predictions(predictions, run: str) -> str:
@@ -186,10 +192,7 @@ def main(argv=None) -> None:
         f"an inference actor's state vectors ({config.qubits} qubits)",
         "run inference on a cluster with more memory per node",
     )
-    try:
-        predictions = predict(run, data_path, args.actors, args.batch_size)
-    except Exception as err:  # Ray Data wraps what an actor raised; a bad row is a UsageError
-        raise usage_error_within(err) or err from None
+    predictions = without_bad_rows(predict(run, data_path, args.actors, args.batch_size))
     out = write_predictions(predictions, run)
     table = predictions.to_pandas()
     print(f"predicted {len(table)} circuits with {args.actors} actor(s); predictions in {out}")
