@@ -176,10 +176,9 @@ def main(argv=None) -> None:
     load_trained_model(run)  # fail here, in one line, rather than inside an actor
     runtime.connect(args.address, log_to_driver=args.verbose)
     if not args.verbose:
-        import ray.data  # which sets its loggers' levels on import: so after it, its progress off too
+        import ray.data  # noqa: F401  (it sets its loggers' levels on import; its progress lines are INFO)
 
         logging.getLogger("ray.data").setLevel(logging.WARNING)
-        ray.data.DataContext.get_current().enable_progress_bars = False
     runtime.require_capacity(
         args.actors + 1,
         1,
