@@ -43,7 +43,7 @@ class Config:
     differentiator: str = _key(
         "auto",
         "quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's "
-        "Adjoint), or auto: block from 14 qubits, where it was measured faster",
+        "Adjoint), or auto: block from 14 qubits, tfq below",
     )
     workers: int = _key(1, "Ray Train workers, one MultiWorkerMirroredStrategy replica each")
     cpus_per_worker: int = _key(1, "Ray CPUs per worker; also sizes its TensorFlow thread pools")

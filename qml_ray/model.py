@@ -37,7 +37,7 @@ from qml_ray.gradients import BlockAdjoint
 
 tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
 
-BLOCK_FROM_QUBITS = 14  # one thread: the block forward measured slower than TFQ's below 16 qubits (BENCHMARKS.md, 4)
+BLOCK_FROM_QUBITS = 14  # below, both gradients take milliseconds per circuit (BENCHMARKS.md, 4)
 CONV_PARAMS = 15
 POOL_PARAMS = 6
 
@@ -117,7 +117,7 @@ def qcnn_circuit(qubits, layers: int) -> tuple[cirq.Circuit, list[cirq.GridQubit
 
 def differentiator(config: Config) -> tfq.differentiators.Differentiator:
     """The quantum gradient the config names: qml_ray's block-fused adjoint, TFQ's Adjoint, or (auto)
-    the block method from BLOCK_FROM_QUBITS qubits, below which TFQ's was measured faster."""
+    the block method from BLOCK_FROM_QUBITS qubits, TFQ's below (both take milliseconds there)."""
     chosen = config.differentiator
     if chosen == "auto":
         chosen = "block" if config.qubits >= BLOCK_FROM_QUBITS else "tfq"
