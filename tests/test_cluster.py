@@ -198,7 +198,7 @@ def test_training_job_runs_the_config_it_was_rendered_from():
     assert "--storage gs://my-project-qml-ray/runs" in entrypoint
     assert entrypoint.endswith("--name qcnn --resume")  # a retried job continues the run
     assert job["spec"]["backoffLimit"] >= 1
-    assert docs["RayCluster", "qcnn-cluster"]["spec"]["workerGroupSpecs"][0]["maxReplicas"] == 32
+    assert docs["RayCluster", "qcnn-cluster"]["spec"]["workerGroupSpecs"][0]["maxReplicas"] == 47
     assert ("Deployment", "qcnn-tensorboard") in docs
     service = docs["Service", "qcnn-tensorboard"]
     assert service["spec"]["type"] == "ClusterIP"
@@ -221,7 +221,7 @@ def test_render_command_prints_or_writes_the_manifests(tmp_path):
         "--config",
         "configs/qcnn-23q.yaml",
         "--workers",
-        "32",
+        "47",
         *[f"--{k}={v}" for k, v in DEFAULTS.items()],
     )
     assert done.returncode == 0, done.stderr
@@ -233,7 +233,7 @@ def test_render_command_prints_or_writes_the_manifests(tmp_path):
         "--config",
         "configs/qcnn-23q.yaml",
         "--workers",
-        "32",
+        "47",
         *[f"--{k}={v}" for k, v in DEFAULTS.items()],
         "--out",
         out,
