@@ -34,47 +34,6 @@ def training_span(run: Path) -> tuple[float, float]:
     return history["finished_at"].iloc[0] - history["epoch_seconds"].iloc[0], history["finished_at"].iloc[-1]
 
 
-def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):
-    """4 trials (2 learning rates x 2 seeds) of one 1-CPU worker each on 2 one-CPU nodes: 2 at a time."""
-    url, env = cluster.url, cluster.env
-    options = ("--grid", "learning_rate=0.05,0.1", "--seeds", 2, "--storage", tmp_path, "--name", "lr")
-    job = submit(url, env, "qml_ray.sweep", *SMALL, *options)
-    assert "succeeded" in ray_cli(env, "job", "status", job, "--address", url).lower()
-    logs = ray_cli(env, "job", "logs", job, "--address", url)
-
-    sweep = tmp_path / "lr"
-    runs = trial_folders(sweep)
-    assert [run.name for run in runs] == list(TRIALS)
-    for run in runs:
-        assert {p.relative_to(run).as_posix() for p in run.rglob("*")} >= RUN_FILES, run
-        assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004"]
-        assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, EPOCHS + 1))
-        config = config_lib.of_run(str(run))
-        assert (config.learning_rate, config.seed) == TRIALS[run.name]
-    # trials with the same seed share one data set on disk (hard links), whatever their learning rate
-    assert os.path.samefile(runs[0] / "data/test.parquet", runs[2] / "data/test.parquet")
-    assert not os.path.samefile(runs[0] / "data/test.parquet", runs[1] / "data/test.parquet")
-
-    spans = sorted(training_span(run) for run in runs)
-    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans  # side by side
-
-    table = pd.read_csv(sweep / "results.csv")
-    assert len(table) == 4 and set(table["state"]) == {"finished"} and (table["epochs"] == EPOCHS).all()
-    assert table["best_val_loss"].is_monotonic_increasing  # ranked by val_loss, best first
-    best = table.iloc[0]
-    assert best["best_val_loss"] == pytest.approx(pd.read_csv(Path(best["run"]) / "metrics.csv")["val_loss"].min())
-    assert (sweep / "results.md").read_text().count("\n") == 2 + 4
-    assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
-
-    trial_lines = [line for line in logs.splitlines() if line.startswith("trial ")]
-    assert len(trial_lines) == 4 and all(": finished, 4 epochs" in line for line in trial_lines), logs
-    assert f"best trial (val_loss {best['best_val_loss']:.4f}): {best['run']}" in logs
-    assert "epoch 1/4" not in logs  # the trainings' epoch lines stay in Ray's logs
-
-    infer = submit(url, env, "qml_ray.infer", "--run", best["run"])
-    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
-
-
 def sweep_command(storage: Path) -> list[str]:
     """Two trials of 8 epochs, one at a time."""
     options = ("--epochs", 8, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
@@ -173,3 +132,47 @@ def test_existing_sweep_needs_resume_and_the_same_trials(tmp_path):
     done = run_command("sweep", *map(str, SMALL), "--storage", tmp_path, "--name", "taken", "--resume")
     assert_usage_error(done, "error: cannot resume")
     assert [p.name for p in sweep.iterdir()] == ["sweep.yaml"]
+
+
+# Last in the module: while its cluster runs, a local Ray started by another test would have Ray
+# Train's placement-group cleaner query this cluster's state API (the newest on the machine), miss
+# its own controller there and remove the live run's placement group.
+def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):
+    """4 trials (2 learning rates x 2 seeds) of one 1-CPU worker each on 2 one-CPU nodes: 2 at a time."""
+    url, env = cluster.url, cluster.env
+    options = ("--grid", "learning_rate=0.05,0.1", "--seeds", 2, "--storage", tmp_path, "--name", "lr")
+    job = submit(url, env, "qml_ray.sweep", *SMALL, *options)
+    assert "succeeded" in ray_cli(env, "job", "status", job, "--address", url).lower()
+    logs = ray_cli(env, "job", "logs", job, "--address", url)
+
+    sweep = tmp_path / "lr"
+    runs = trial_folders(sweep)
+    assert [run.name for run in runs] == list(TRIALS)
+    for run in runs:
+        assert {p.relative_to(run).as_posix() for p in run.rglob("*")} >= RUN_FILES, run
+        assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004"]
+        assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, EPOCHS + 1))
+        config = config_lib.of_run(str(run))
+        assert (config.learning_rate, config.seed) == TRIALS[run.name]
+    # trials with the same seed share one data set on disk (hard links), whatever their learning rate
+    assert os.path.samefile(runs[0] / "data/test.parquet", runs[2] / "data/test.parquet")
+    assert not os.path.samefile(runs[0] / "data/test.parquet", runs[1] / "data/test.parquet")
+
+    spans = sorted(training_span(run) for run in runs)
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans  # side by side
+
+    table = pd.read_csv(sweep / "results.csv")
+    assert len(table) == 4 and set(table["state"]) == {"finished"} and (table["epochs"] == EPOCHS).all()
+    assert table["best_val_loss"].is_monotonic_increasing  # ranked by val_loss, best first
+    best = table.iloc[0]
+    assert best["best_val_loss"] == pytest.approx(pd.read_csv(Path(best["run"]) / "metrics.csv")["val_loss"].min())
+    assert (sweep / "results.md").read_text().count("\n") == 2 + 4
+    assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    trial_lines = [line for line in logs.splitlines() if line.startswith("trial ")]
+    assert len(trial_lines) == 4 and all(": finished, 4 epochs" in line for line in trial_lines), logs
+    assert f"best trial (val_loss {best['best_val_loss']:.4f}): {best['run']}" in logs
+    assert "epoch 1/4" not in logs  # the trainings' epoch lines stay in Ray's logs
+
+    infer = submit(url, env, "qml_ray.infer", "--run", best["run"])
+    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
