@@ -8,7 +8,9 @@ from the training workers to the command through a `Console`, which the command 
 import contextlib
 import threading
 
+import ray
 from ray.util.queue import Empty, Queue
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 POLL_SECONDS = 0.5
 
@@ -18,7 +20,9 @@ class Console:
     into it; the command prints them while `printing`."""
 
     def __init__(self):
-        self.queue = Queue(actor_options={"num_cpus": 0})  # anywhere, a head of 0 CPUs too
+        # On the command's own node (a head of 0 CPUs too): it outlives any worker node lost.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
 
     def say(self, line: str) -> None:
         self.queue.put(line)
