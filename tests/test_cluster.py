@@ -215,29 +215,13 @@ def test_image_and_project_use_the_same_ray_and_python():
 
 
 def test_render_command_prints_or_writes_the_manifests(tmp_path):
-    done = run_command(
-        "cluster",
-        "render",
-        "--config",
-        "configs/qcnn-23q.yaml",
-        "--workers",
-        "47",
-        *[f"--{k}={v}" for k, v in DEFAULTS.items()],
-    )
+    render = ("cluster", "render", "--config", "configs/qcnn-23q.yaml", "--workers", "47")
+    render += tuple(f"--{k}={v}" for k, v in DEFAULTS.items())
+    done = run_command(*render)
     assert done.returncode == 0, done.stderr
     assert done.stdout == CHECKED_IN.read_text()
     out = tmp_path / "rendered"
-    written = run_command(
-        "cluster",
-        "render",
-        "--config",
-        "configs/qcnn-23q.yaml",
-        "--workers",
-        "47",
-        *[f"--{k}={v}" for k, v in DEFAULTS.items()],
-        "--out",
-        out,
-    )
+    written = run_command(*render, "--out", out)
     assert written.returncode == 0, written.stderr
     files = {p.name: list(yaml.safe_load_all(p.read_text())) for p in out.iterdir()}
     assert sorted(files) == [
