@@ -9,10 +9,10 @@ import contextlib
 import threading
 
 import ray
-from ray.util.queue import Empty, Queue
+from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-POLL_SECONDS = 0.5
+END = None  # said by the command when the work is over: the relay stops there
 
 
 class Console:
@@ -29,20 +29,17 @@ class Console:
 
     @contextlib.contextmanager
     def printing(self):
-        """Print the lines said while the block runs, and those still queued when it ends."""
-        stop = threading.Event()
+        """Print the lines said while the block runs: a relay thread waits on the queue, with no
+        polling, until the block ends (every line said before then comes first)."""
 
         def relay():
-            while not stop.is_set():
-                with contextlib.suppress(Empty):
-                    print(self.queue.get(timeout=POLL_SECONDS), flush=True)
+            while (line := self.queue.get()) is not END:
+                print(line, flush=True)
 
         thread = threading.Thread(target=relay, daemon=True)
         thread.start()
         try:
             yield self
         finally:
-            stop.set()
+            self.queue.put(END)
             thread.join()
-            while not self.queue.empty():
-                print(self.queue.get(block=False), flush=True)

@@ -14,6 +14,7 @@ import qml_ray  # noqa: F401  (first: it selects tf-keras before any test import
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"
+TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 
 
 def command_env(**changes: str | None) -> dict:
@@ -58,11 +59,12 @@ class TrainedRun:
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory) -> TrainedRun:
-    """The smoke config trained with 2 Ray Train workers (seeded)."""
+    """The tutorial config (the original's model and training) trained as the README's main
+    command trains it: 2 Ray Train workers, seeded."""
     storage = tmp_path_factory.mktemp("runs")
-    done = run_command("train", "--config", SMOKE, "--workers", 2, "--storage", storage, "--name", "smoke")
+    done = run_command("train", "--config", TUTORIAL, "--storage", storage, "--name", "tutorial")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return TrainedRun(storage / "smoke", done.stdout + done.stderr)
+    return TrainedRun(storage / "tutorial", done.stdout + done.stderr)
 
 
 CLUSTER_SCRIPT = ROOT / "scripts" / "local_cluster.sh"

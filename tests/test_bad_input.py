@@ -283,17 +283,19 @@ def test_capacity_that_never_comes_fails_after_the_timeout(tmp_path):
 
 
 def test_existing_run_is_never_overwritten(trained_run):
-    before = snapshot(trained_run.path)
-    done = run_command("train", "--config", SMOKE, "--storage", trained_run.path.parent, "--name", "smoke")
+    run = trained_run.path
+    before = snapshot(run)
+    done = run_command("train", "--config", SMOKE, "--storage", run.parent, "--name", run.name)
     assert_usage_error(done, "already exists: choose another --name, or add --resume")
-    assert snapshot(trained_run.path) == before
+    assert snapshot(run) == before
 
 
 def test_resume_refuses_another_data_set_or_model(trained_run):
-    before = snapshot(trained_run.path)
-    done = run_command("train", "--storage", trained_run.path.parent, "--name", "smoke", "--resume", "--qubits", "6")
+    run = trained_run.path
+    before = snapshot(run)
+    done = run_command("train", "--storage", run.parent, "--name", run.name, "--resume", "--qubits", "6")
     assert_usage_error(done, "with another qubits")
-    assert snapshot(trained_run.path) == before
+    assert snapshot(run) == before
 
 
 @pytest.fixture
@@ -313,7 +315,7 @@ def corrupt_weights(run: Path) -> None:
 
 def change_model_shape(run: Path) -> None:
     config = run / storage.CONFIG
-    config.write_text(config.read_text().replace("qubits: 4", "qubits: 8"))
+    config.write_text(config.read_text().replace("layers: 1", "layers: 2"))
 
 
 @pytest.mark.parametrize(

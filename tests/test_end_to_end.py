@@ -12,9 +12,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from qml_ray import config as config_lib, storage
 from qml_ray.infer import load_trained_model
 
-from conftest import SMOKE, run_command
+from conftest import TUTORIAL, run_command
 
-EPOCHS = config_lib.load(SMOKE).epochs
+EPOCHS = config_lib.load(TUTORIAL).epochs
 
 
 def epoch_lines(output: str) -> list[tuple[int, int]]:
@@ -29,13 +29,12 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
     assert history["loss"].iloc[-1] < history["loss"].iloc[0]
     assert (history["circuits_per_second"] > 0).all() and (history["epoch_seconds"] > 0).all()
 
-    assert config_lib.of_run(str(run)) == config_lib.load(SMOKE).replace(storage=str(run.parent))
+    assert config_lib.of_run(str(run)) == config_lib.load(TUTORIAL).replace(storage=str(run.parent))
     assert {p.name for p in (run / "data").iterdir()} == {"train.parquet", "test.parquet"}
     assert (run / "weights" / "qcnn.index").is_file()
+    every = config_lib.load(TUTORIAL).checkpoint_every
     assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == [
-        "epoch-00002",
-        "epoch-00004",
-        "epoch-00006",
+        f"epoch-{epoch:05d}" for epoch in range(every, EPOCHS + 1, every)
     ]
     assert (run / "weights" / "_COMPLETE").is_file() and not list(run.rglob(".tmp-*"))
 
@@ -73,9 +72,9 @@ def test_inference_equals_in_process_prediction(trained_run):
 
 
 def test_resume_continues_the_epoch_counter(trained_run, tmp_path):
-    run = tmp_path / "smoke"
+    run = tmp_path / "tutorial"
     shutil.copytree(trained_run.path, run)
-    resume = ("--name", "smoke", "--resume", "--epochs", EPOCHS + 2, "--verbose")  # and Ray's logs shown
+    resume = ("--name", "tutorial", "--resume", "--epochs", EPOCHS + 2, "--verbose")  # and Ray's logs shown
     done = run_command("train", "--storage", tmp_path, *resume)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
@@ -91,7 +90,7 @@ def test_resume_continues_the_epoch_counter(trained_run, tmp_path):
 
 def test_resume_of_a_finished_run_says_so_and_changes_nothing(trained_run):
     files = {path: path.stat().st_mtime_ns for path in trained_run.path.rglob("*")}
-    done = run_command("train", "--storage", trained_run.path.parent, "--name", "smoke", "--resume")
+    done = run_command("train", "--storage", trained_run.path.parent, "--name", "tutorial", "--resume")
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"has already trained {EPOCHS} epochs" in done.stdout
     assert {path: path.stat().st_mtime_ns for path in trained_run.path.rglob("*")} == files
