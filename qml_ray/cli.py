@@ -1,6 +1,8 @@
-"""Command-line plumbing shared by the commands: config flags and one-line errors."""
+"""Command-line plumbing shared by the commands: config flags, a quiet console and one-line errors."""
 
 import argparse
+import contextlib
+import os
 import sys
 
 from qml_ray import config as config_lib
@@ -68,6 +70,26 @@ def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
         help="also show Ray's and TensorFlow's logs from every process (always kept in Ray's log files, "
         "/tmp/ray/session_latest/logs on each node)",
     )
+
+
+@contextlib.contextmanager
+def native_stderr_hidden(hidden: bool = True):
+    """While the block runs, send what native code writes straight to this process's stderr
+    (TensorFlow's start-up lines, Ray's core-worker notices) to /dev/null, unless not `hidden`
+    (--verbose). Ray's processes keep their logs in Ray's log files either way."""
+    if not hidden:
+        yield
+        return
+    sys.stderr.flush()
+    console = os.dup(2)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(console, 2)
+        os.close(console)
 
 
 def overrides(args: argparse.Namespace) -> dict:

@@ -172,26 +172,28 @@ def main(argv=None) -> None:
     config = config_lib.of_run(run)
     if not storage.exists(data_path):
         raise UsageError(f"no data at {data_path}")
-    check_data(data_path, config.qubits)
-    load_trained_model(run)  # fail here, in one line, rather than inside an actor
-    runtime.connect(args.address, log_to_driver=args.verbose)
-    if not args.verbose:
-        import ray.data  # noqa: F401  (it sets its loggers' levels on import; its progress lines are INFO)
+    with cli.native_stderr_hidden(not args.verbose):
+        check_data(data_path, config.qubits)
+        load_trained_model(run)  # fail here, in one line, rather than inside an actor
+        runtime.connect(args.address, log_to_driver=args.verbose)
+        if not args.verbose:
+            import ray.data  # noqa: F401  (it sets its loggers' levels on import; its progress lines are INFO)
 
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
-    runtime.require_capacity(
-        args.actors + 1,
-        1,
-        "inference actor(s) plus one CPU for Ray Data's reads",
-        "lower --actors",
-        config.capacity_timeout,
-    )
-    runtime.require_memory(
-        config_lib.state_bytes(config.qubits, 1),
-        f"an inference actor's state vectors ({config.qubits} qubits)",
-        "run inference on a cluster with more memory per node",
-    )
-    predictions = without_bad_rows(predict(run, data_path, args.actors, args.batch_size))
+            logging.getLogger("ray.data").setLevel(logging.WARNING)
+        runtime.require_capacity(
+            args.actors + 1,
+            1,
+            "inference actor(s) plus one CPU for Ray Data's reads",
+            "lower --actors",
+            config.capacity_timeout,
+        )
+        runtime.require_memory(
+            config_lib.state_bytes(config.qubits, 1),
+            f"an inference actor's state vectors ({config.qubits} qubits)",
+            "run inference on a cluster with more memory per node",
+        )
+        predictions = predict(run, data_path, args.actors, args.batch_size)
+    predictions = without_bad_rows(predictions)
     out = write_predictions(predictions, run)
     table = predictions.to_pandas()
     print(f"predicted {len(table)} circuits with {args.actors} actor(s); predictions in {out}")

@@ -69,6 +69,8 @@ def test_inference_equals_in_process_prediction(trained_run):
 
     mse = float(np.mean((expected - test.column("label").to_numpy()) ** 2))
     assert f"mse {mse:.4f}" in done.stdout
+    lines = (done.stdout + done.stderr).splitlines()  # its two lines, nothing of Ray's or TensorFlow's
+    assert [line.split()[0] for line in lines] == ["predicted", "mse"], lines
 
 
 def test_resume_continues_the_epoch_counter(trained_run, tmp_path):
