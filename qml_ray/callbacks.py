@@ -59,20 +59,22 @@ class EpochClock(tf.keras.callbacks.Callback):
 
 class MetricsHistory(tf.keras.callbacks.Callback):
     """The history: each epoch's row of HISTORY_FIELDS appended to `rows`, which start with the
-    epochs trained before (restored from a checkpoint)."""
+    epochs trained before (restored from a checkpoint). An epoch of `steps` steps trains on
+    `train_examples` circuits; one resumed mid-way (after a drain) on its remaining steps' share."""
 
-    def __init__(self, rows: list[dict], clock: EpochClock, train_examples: int):
+    def __init__(self, rows: list[dict], clock: EpochClock, train_examples: int, steps: int):
         super().__init__()
-        self.rows, self.clock, self.train_examples = rows, clock, train_examples
+        self.rows, self.clock, self.train_examples, self.steps = rows, clock, train_examples, steps
 
     def on_epoch_end(self, epoch, logs=None):
         metrics = {key: float(logs[key]) for key in HISTORY_FIELDS[1:5]}
+        circuits = self.train_examples * self.params["steps"] / self.steps
         self.rows.append(
             {
                 "epoch": epoch + 1,
                 **metrics,
                 "epoch_seconds": self.clock.seconds,
-                "circuits_per_second": self.train_examples / self.clock.seconds,
+                "circuits_per_second": circuits / self.clock.seconds,
                 "finished_at": self.clock.finished_at,
             }
         )

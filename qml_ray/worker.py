@@ -120,7 +120,7 @@ def train_replica(
         say(f"continuing from the checkpoint of epoch {done}")
 
     clock = EpochClock()
-    history = MetricsHistory(rows, clock, train_table.num_rows)
+    history = MetricsHistory(rows, clock, train_table.num_rows, train_steps)
     callbacks = [clock, history]  # in this order: each callback reads what those before it recorded
     if rank == 0:
         callbacks += [
