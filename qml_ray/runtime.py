@@ -3,6 +3,7 @@
 import atexit
 import math
 import os
+import signal
 import socket
 import time
 
@@ -53,6 +54,13 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
         )
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UsageError(f"cannot connect to Ray at {address}: {err}") from None
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # after ray.init, which sets a handler of its own
+
+
+def _exit_on_sigterm(signum, frame):
+    """SIGTERM (`ray job stop`, a pod's deletion) ends the command as an exit does, so its exit
+    handlers run (withdraw_capacity_request among them), with status 143."""
+    raise SystemExit(128 + signum)
 
 
 def require_answer(address: str) -> None:

@@ -2,12 +2,14 @@
 autoscaling cluster on this machine: a head with the `fake_multinode` provider, whose nodes are
 real raylets that the autoscaler starts and stops. The cluster grows for the training's workers,
 and once the command has ended its request is gone (v2 keeps one in the GCS until it is replaced)
-and the cluster shrinks back to the head."""
+and the cluster shrinks back to the head; a command stopped with SIGTERM (`ray job stop`) withdraws
+its request too."""
 
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 from ray.autoscaler.v2.sdk import get_cluster_status
 
-from conftest import SMOKE, command_env, free_port, is_running, run_command
+from conftest import ROOT, SMOKE, command_env, free_port, is_running, run_command
 
 IDLE_MINUTES = 0.1  # a node idle this long is stopped
 
@@ -148,3 +150,22 @@ def test_the_cluster_grows_for_the_run_and_its_request_ends_with_the_command(aut
     ended = time.monotonic()
     wait_for(lambda: cluster_status(gcs)[0] == 0, 120, "the worker nodes were not stopped")
     print(f"\ntrained in {ran:.0f} s on 2 added nodes; back to 0 worker nodes {time.monotonic() - ended:.0f} s after")
+
+
+def test_a_command_stopped_with_sigterm_withdraws_its_request(autoscaling_cluster, tmp_path):
+    gcs = autoscaling_cluster
+    command = [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "3"]  # 2 nodes at most
+    command += ["--capacity-timeout", "300", "--address", gcs, "--storage", str(tmp_path)]
+    train = subprocess.Popen(
+        command, cwd=ROOT, env=command_env(RAY_ADDRESS=None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert "waiting for the cluster to grow" in train.stdout.readline()
+        assert cluster_status(gcs)[1]  # the request is in the GCS
+        train.send_signal(signal.SIGTERM)
+        _, stderr = train.communicate(timeout=30)
+    finally:
+        train.kill()
+    assert train.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr
+    assert cluster_status(gcs)[1] == []  # withdrawn on the way out
