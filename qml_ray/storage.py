@@ -34,6 +34,7 @@ HISTORY = "metrics.csv"  # one row per epoch
 TENSORBOARD = "tensorboard"  # per-epoch scalars and the readout histogram
 PREDICTIONS = "predictions"  # one folder of Parquet per inference run
 COMPLETE = "_COMPLETE"  # marks a published folder as whole
+CHECKPOINT_LIST = "checkpoint_manager_snapshot.json"  # Ray Train's list of the checkpoints, in the run folder
 # A checkpoint (checkpoints/epoch-NNNNN/) and the weights folder hold:
 WEIGHTS_PREFIX = "qcnn"  # the TensorFlow checkpoint of weights and optimizer state: qcnn.index, qcnn.data-*
 STATE_FILE = "state.json"  # epochs done and the metrics history

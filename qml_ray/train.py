@@ -55,6 +55,12 @@ def resolve_run(args) -> tuple[config_lib.Config, str, bool]:
     if not storage.exists(storage.join(run, storage.CONFIG)):  # never started, or stopped before its config
         print(f"no run at {run} yet: starting it", flush=True)
         return requested, run, False
+    if storage.exists(storage.join(run, storage.CHECKPOINTS, storage.CHECKPOINT_LIST)):
+        raise UsageError(
+            f"cannot resume {run}: an earlier qml_ray trained it, keeping Ray Train's checkpoint list in "
+            f"{storage.CHECKPOINTS}/, and Ray Train would start it over; resume it with that version, "
+            "or start a new run"
+        )
     stored = config_lib.of_run(run)
     resumed = (
         requested if args.config else config_lib.from_mapping({**config_lib.asdict(stored), **cli.overrides(args)})

@@ -304,6 +304,15 @@ def run_copy(trained_run, tmp_path) -> Path:
     return Path(shutil.copytree(trained_run.path, tmp_path / "copy", ignore=shutil.ignore_patterns("predictions")))
 
 
+def test_resume_refuses_a_run_of_the_earlier_checkpoint_layout(run_copy):
+    """Runs trained before the run folder became Ray Train's own kept its checkpoint list in checkpoints/."""
+    (run_copy / storage.CHECKPOINT_LIST).rename(run_copy / storage.CHECKPOINTS / storage.CHECKPOINT_LIST)
+    before = snapshot(run_copy)
+    done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", "--epochs", 60)
+    assert_usage_error(done, "an earlier qml_ray trained it")
+    assert snapshot(run_copy) == before
+
+
 def remove_weights(run: Path) -> None:
     shutil.rmtree(run / storage.WEIGHTS)
 
