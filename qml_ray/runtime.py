@@ -18,6 +18,7 @@ REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its callbacks.Timings there (the benchmark sets it)
 REPORT_POLL_SECONDS = "0.1"
 CONNECT_SECONDS = 10  # how long to wait for a Ray address to answer at all
+PRESTART_ENV = "RAY_prestart_worker_first_driver"  # Ray's setting, read by the raylet a local Ray starts
 
 
 def job_env() -> dict:
@@ -45,6 +46,11 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     if address is None:  # never a cluster that `ray start` left on this machine: jobs set RAY_ADDRESS
         address = os.environ.get("RAY_ADDRESS", "local")
     require_answer(os.environ.get("RAY_ADDRESS", address) if address == "auto" else address)
+    if address == "local":
+        # A new local Ray starts one idle worker process per CPU for its first driver. They lack
+        # the job's env vars, so no actor of ours can use them: they would only take CPU from the
+        # start (2.5 s of the tutorial config's 28 s here, BENCHMARKS.md section 6).
+        os.environ.setdefault(PRESTART_ENV, "0")
     try:
         ray.init(
             address=address,
