@@ -20,9 +20,10 @@ from qml_ray.infer import load_trained_model
 from qml_ray.model import build_model
 
 from conftest import SMOKE, command_env, free_port, run_command
-from test_end_to_end import EPOCHS, epoch_lines
+from test_end_to_end import epoch_lines
 
 BUCKET = "qml-ray-test"
+EPOCHS = config_lib.load(SMOKE).epochs  # the run these tests train on gs://
 
 
 @pytest.fixture(scope="session")
