@@ -136,6 +136,10 @@ def train_replica(
     profile_steps = config.profile_range()
     if rank == 0 and profile_steps:
         callbacks.insert(0, StepProfiler(profile_steps, summaries_dir, say))  # done before the logs publish
+    if ray_train and (hold := os.environ.get(runtime.HOLD_ENV)):
+        from qml_ray.hold import HoldAtStep
+
+        callbacks.insert(0, HoldAtStep(hold))  # before RayReport, which checkpoints a drain seen there
     if timings := os.environ.get(runtime.TIMINGS_ENV):
         callbacks.append(Timings(os.path.join(timings, f"rank-{rank}.json")))
 

@@ -129,9 +129,10 @@ def ray_cli(env: dict, *args: str, check: bool = True) -> str:
     return done.stdout
 
 
-def submit(url: str, env: dict, *command: str, wait: bool = True) -> str:
-    """`ray job submit` a qml_ray command with the project as working dir, by default waiting
-    for it to end; return the job id."""
+def submit(url: str, env: dict, *command: str, wait: bool = True, env_vars: dict | None = None) -> str:
+    """`ray job submit` a qml_ray command with the project as working dir (and `env_vars` set for
+    its driver), by default waiting for it to end; return the job id."""
     job = ("job", "submit", "--address", url, "--working-dir", ROOT, *([] if wait else ["--no-wait"]))
-    output = ray_cli(env, *job, "--", "python", "-m", *command)
+    driver_env = ("env", *(f"{key}={value}" for key, value in (env_vars or {}).items()))
+    output = ray_cli(env, *job, "--", *driver_env, "python", "-m", *command)
     return re.search(r"Job '(raysubmit_\w+)' submitted successfully", output).group(1)

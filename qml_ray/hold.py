@@ -1,0 +1,40 @@
+"""A training held at a step boundary, so that a fault test injects its fault while training certainly runs.
+
+With QML_RAY_HOLD (runtime.HOLD_ENV, which the commands pass on to their workers) naming a file
+that holds a number of epochs N (empty: 0), every worker waits at each step boundary from the first
+step after N epochs while rank 0 sees that file, unless Ray Train reports a node of the run
+draining. A test starts the command with the file in place, waits for epoch N, injects its fault
+(a signal, a second command, a drain notice, a lost node), then removes the file. Nothing here
+depends on how fast the machine is.
+"""
+
+import time
+
+import ray.train
+import tensorflow as tf
+from ray.train.collective import broadcast_from_rank_zero
+
+POLL_SECONDS = 0.2
+
+
+class HoldAtStep(tf.keras.callbacks.Callback):
+    """Waits at every step boundary after the epochs in the file at `path` while it exists and no node
+    is draining. Every rank asks rank 0 the same questions in the same order (both are collective)."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs_done = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        while broadcast_from_rank_zero(self.held()) and ray.train.get_preemption_info() is None:
+            time.sleep(POLL_SECONDS)
+
+    def held(self) -> bool:
+        try:
+            with open(self.path) as f:
+                return self.epochs_done >= int(f.read().strip() or 0)
+        except FileNotFoundError:
+            return False
