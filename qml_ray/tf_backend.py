@@ -11,7 +11,8 @@ import socket
 
 import ray
 from ray.train.backend import Backend, BackendConfig
-from ray.train.v2._internal.util import TrainingFramework
+
+from qml_ray.ray_internals import TrainingFramework
 
 
 class TFConfig(BackendConfig):

@@ -147,7 +147,7 @@ def warn_idle_threads(config: config_lib.Config) -> None:
 
 def failure_message(err: Exception, config: config_lib.Config) -> str:
     """One line on why training stopped."""
-    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+    from qml_ray.ray_internals import WorkerGroupStartupTimeoutError
 
     reason = err
     if isinstance(getattr(err, "controller_failure", None), WorkerGroupStartupTimeoutError):
