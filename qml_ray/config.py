@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from qml_ray import storage
+from qml_ray import safe_yaml, storage
 from qml_ray.errors import UsageError
 
 # The simulators hold every circuit's whole state vector in one process: 2**qubits complex64
@@ -159,10 +159,10 @@ def load(path: str | Path) -> Config:
     """Read a config YAML file."""
     path = Path(path)
     try:
-        values = yaml.safe_load(path.read_text())
+        values = safe_yaml.read(path, f"config file {path}")
     except FileNotFoundError:
         raise UsageError(f"config file not found: {path}") from None
-    except (OSError, UnicodeError, yaml.YAMLError) as err:
+    except (OSError, UnicodeError) as err:
         raise UsageError(f"cannot read config file {path}: {err}") from None
     if values is None:
         values = {}
@@ -174,10 +174,7 @@ def of_run(run: str) -> Config:
     """The resolved config stored in a run folder."""
     path = storage.join(run, storage.CONFIG)
     _require(storage.exists(path), f"no run at {run} (it has no config.yaml)")
-    try:
-        values = yaml.safe_load(storage.read_text(path))
-    except yaml.YAMLError as err:
-        raise UsageError(f"cannot read {path}: {err}") from None
+    values = safe_yaml.load(storage.read_text(path), path)
     _require(isinstance(values, dict), f"{path} must hold a mapping of keys to values")
     return from_mapping(values)
 
