@@ -5,8 +5,8 @@ import contextlib
 import os
 import sys
 
-from qml_ray import config as config_lib
-from qml_ray.errors import UsageError, one_line
+from qml_ray import config as config_lib, interrupts
+from qml_ray.errors import ENVIRONMENT_STATUS, USAGE_STATUS, EnvironmentProblem, UsageError, one_line
 
 # The value a config key's flag takes, where its type does not say it well (the rest: N, or true|false).
 _METAVARS = {"test_fraction": "FRACTION", "learning_rate": "RATE", "storage": "PATH", "profile_steps": "START,STOP"}
@@ -104,9 +104,17 @@ def config_from_args(args: argparse.Namespace) -> config_lib.Config:
 
 
 def run(main, argv=None) -> None:
-    """Run a command's main, turning a UsageError into one line on stderr and exit status 2."""
+    """Run a command's main: a UsageError ends it with one line on stderr and exit status 2, an
+    EnvironmentProblem with one line and 1, SIGINT or SIGTERM with one line and 130 or 143."""
+    interrupts.install()
     try:
         main(argv)
     except UsageError as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(USAGE_STATUS)
+    except EnvironmentProblem as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        sys.exit(ENVIRONMENT_STATUS)
+    except interrupts.Interrupted as interrupted:
+        print(interrupts.last_line(), file=sys.stderr, flush=True)
+        interrupts.exit_interrupted(interrupted.status)

@@ -12,6 +12,9 @@ import ray
 from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from qml_ray import interrupts, storage
+from qml_ray.errors import EnvironmentProblem
+
 END = None  # said by the command when the work is over: the relay stops there
 
 
@@ -27,19 +30,48 @@ class Console:
     def say(self, line: str) -> None:
         self.queue.put(line)
 
+    def stop(self, problem: EnvironmentProblem) -> None:
+        """End the command at once with `problem` (the storage full, a permission lost): Ray Train's
+        restarts would only meet it again."""
+        self.queue.put(problem)
+
     @contextlib.contextmanager
     def printing(self):
         """Print the lines said while the block runs: a relay thread waits on the queue, with no
-        polling, until the block ends (every line said before then comes first)."""
+        polling, until the block ends (every line said before then comes first). A signal ends it
+        at once: the local Ray, and the queue with it, may be going down with the command."""
 
         def relay():
-            while (line := self.queue.get()) is not END:
-                print(line, flush=True)
+            with contextlib.suppress(ray.exceptions.RayError):  # Ray gone: the command is ending
+                while (line := self.queue.get()) is not END:
+                    if isinstance(line, EnvironmentProblem):
+                        interrupts.fail(line)
+                    else:
+                        print(line, flush=True)
 
         thread = threading.Thread(target=relay, daemon=True)
         thread.start()
         try:
             yield self
-        finally:
-            self.queue.put(END)
-            thread.join()
+        except interrupts.Interrupted:
+            raise
+        except BaseException:
+            self.end(thread)
+            raise
+        self.end(thread)
+
+    def end(self, relay: threading.Thread) -> None:
+        self.queue.put(END)
+        relay.join()
+
+
+@contextlib.contextmanager
+def problems_told(console: Console | None, run: str):
+    """A worker's block: the environment's problems it meets (storage.environment_problem) are told
+    to the command through `console`, if any, which then stops at once; they are raised all the same."""
+    try:
+        yield
+    except Exception as err:
+        if console and (problem := storage.environment_problem(err, run)):
+            console.stop(problem)
+        raise

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from qml_ray import cli, config as config_lib, runtime, storage
+from qml_ray import cli, config as config_lib, interrupts, runtime, storage
 from qml_ray.errors import UsageError
 
 
@@ -165,6 +165,7 @@ def write_predictions(predictions, run: str) -> str:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    interrupts.say_on_interrupt("no predictions were completed; run the command again")
     for location in filter(None, (args.run, args.data)):
         storage.check_location(location)
     run = storage.absolute(args.run)

@@ -3,12 +3,12 @@
 import atexit
 import math
 import os
-import signal
 import socket
 import time
 
 import ray
 
+from qml_ray import interrupts
 from qml_ray.errors import UsageError
 
 # Seconds between Ray Train's polls of its workers (Ray's default: 2). A worker's ray.train.report
@@ -61,13 +61,7 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
         )
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UsageError(f"cannot connect to Ray at {address}: {err}") from None
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # after ray.init, which sets a handler of its own
-
-
-def _exit_on_sigterm(signum, frame):
-    """SIGTERM (`ray job stop`, a pod's deletion) ends the command as an exit does, so its exit
-    handlers run (withdraw_capacity_request among them), with status 143."""
-    raise SystemExit(128 + signum)
+    interrupts.install()  # again: ray.init sets a SIGTERM handler of its own
 
 
 def require_answer(address: str) -> None:
@@ -111,6 +105,7 @@ def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout
         request_resources(bundles=[{"CPU": cpus_each}] * count)
         atexit.unregister(withdraw_capacity_request)  # registered once, however often the command asks
         atexit.register(withdraw_capacity_request)
+        interrupts.on_interrupt(withdraw_capacity_request)
         deadline = time.monotonic() + timeout
         while fits < count and time.monotonic() < deadline:
             print(f"waiting for the cluster to grow: {fits} of {count} {what} placeable", flush=True)
@@ -126,9 +121,10 @@ def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout
 
 
 def withdraw_capacity_request() -> None:
-    """Withdraw what require_capacity asked the autoscaler for, when the command ends (however it
-    ends, short of being killed). Ray's autoscaler v2, KubeRay's default, keeps a request in the
-    GCS until another replaces it, and with it the nodes it brought, after the job is gone."""
+    """Withdraw what require_capacity asked the autoscaler for, when the command ends (at exit or on
+    an interrupt: however it ends, short of being killed). Ray's autoscaler v2, KubeRay's default,
+    keeps a request in the GCS until another replaces it, and with it the nodes it brought, after
+    the job is gone."""
     if ray.is_initialized():  # runs before ray.shutdown: atexit calls the later-registered first
         from ray.autoscaler.sdk import request_resources
 

@@ -11,6 +11,7 @@ STORAGE_EMULATOR_HOST; calls give up after a few seconds rather than retry for m
 """
 
 import contextlib
+import errno
 import functools
 import io
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from qml_ray.errors import UsageError
+from qml_ray.errors import EnvironmentProblem, UsageError
 
 # The run folder, <storage>/<name>/, holds these (see the README):
 CONFIG = "config.yaml"  # the resolved config
@@ -42,9 +43,38 @@ STATE_FILE = "state.json"  # epochs done and the metrics history
 # checkpoint from Cloud Storage does not recreate subfolders.
 SUMMARIES = "tensorboard.zip"
 
+NAME_BYTES = 255  # the longest folder name of Linux file systems
 GCS_PREFIX = "gs://"
 GCS_SECONDS = 15.0  # how long one Cloud Storage call may retry before giving up
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+def environment_problem(err: BaseException, where: str) -> EnvironmentProblem | None:
+    """`err`, met reading or writing at `where`, named as the environment's problem (storage full,
+    read-only or refused), or None when it is none of those."""
+    if isinstance(err, EnvironmentProblem):
+        return err
+    text, number = str(err), getattr(err, "errno", None)
+    where = getattr(err, "filename", None) or where
+    if number in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text or "quota exceeded" in text:
+        return EnvironmentProblem(f"storage full: {where}")
+    if number == errno.EROFS or "Read-only file system" in text:
+        return EnvironmentProblem(f"storage is read-only: {where}")
+    if number in (errno.EACCES, errno.EPERM) or "Permission denied" in text:
+        return EnvironmentProblem(f"permission denied on {where}")
+    return None
+
+
+@contextlib.contextmanager
+def _named_problems(path: str):
+    """An OSError the block meets at `path` raised as the EnvironmentProblem it is, if it is one."""
+    try:
+        yield
+    except OSError as err:
+        problem = environment_problem(err, path)
+        if problem is None:
+            raise
+        raise problem from None
 
 
 def is_gcs(path: str) -> bool:
@@ -63,9 +93,11 @@ def check_location(location: str) -> None:
 
 def run_dir(storage: str, name: str) -> str:
     """The location of run `name` under `storage` (local paths made absolute); a UsageError
-    unless `name` is one folder name."""
+    unless `name` is one folder name that file systems hold (any script, at most NAME_BYTES)."""
     if name in ("", ".", "..") or any(char in name for char in "/\\\0"):
         raise UsageError(f"a run's --name must be one folder name (no '/', not empty, '.' or '..'): {name!r}")
+    if len(name.encode()) > NAME_BYTES:
+        raise UsageError(f"a run's --name must be at most {NAME_BYTES} bytes (UTF-8), not {len(name.encode())}")
     return absolute(join(storage, name))
 
 
@@ -118,6 +150,24 @@ def make_folder(folder: str) -> None:
             raise UsageError(f"cannot create the folder {folder}: {err}") from None
 
 
+def missing_folders(folder: str) -> list[str]:
+    """The local folders that creating `folder` would create, deepest first (none on Cloud Storage)."""
+    if is_gcs(folder):
+        return []
+    missing, path = [], Path(os.path.abspath(folder))
+    while not path.exists() and path != path.parent:
+        missing.append(str(path))
+        path = path.parent
+    return missing
+
+
+def remove_empty_folders(folders: list[str]) -> None:
+    """Remove those of `folders` (deepest first) that are empty."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
 def exists(path: str) -> bool:
     """Whether a file, or a folder with anything in it, is at `path`."""
     if not is_gcs(path):
@@ -139,15 +189,85 @@ def write_bytes(path: str, content: bytes) -> None:
     if is_gcs(path):
         _gcs(lambda: _blob(path).upload_from_string(content, **_limits()), path)
         return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
-    try:
+    with _named_problems(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+            os.replace(tmp, path)
+        except BaseException:
+            os.remove(tmp)
+            raise
+
+
+def create_exclusive(path: str, content: bytes) -> bool:
+    """Create the file at `path` holding `content`, atomically, unless a file is there: whether it
+    was created (locally an exclusive create, on Cloud Storage `if_generation_match=0`)."""
+    if is_gcs(path):
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            _gcs(lambda: _blob(path).upload_from_string(content, if_generation_match=0, **_limits()), path)
+        except PreconditionFailed:
+            return False
+        return True
+    with _named_problems(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
         with os.fdopen(fd, "wb") as f:
             f.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        os.remove(tmp)
-        raise
+    return True
+
+
+def version(path: str) -> tuple[tuple, float] | None:
+    """The version of the file at `path` (changed by every write) and when it was last written
+    (Unix time), or None when there is no file."""
+    if is_gcs(path):
+        blob = _blob(path)
+        if not _gcs(lambda: blob.exists(**_limits()), path):
+            return None
+        _gcs(lambda: blob.reload(**_limits()), path)
+        return (blob.generation, blob.metageneration), blob.updated.timestamp()
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns), stat.st_mtime
+
+
+def remove_if_unchanged(path: str, expected: tuple) -> bool:
+    """Delete the file at `path` if its `version` is still `expected`: whether it was deleted."""
+    if is_gcs(path):
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        generation, metageneration = expected
+        try:
+            _gcs(
+                lambda: _blob(path).delete(
+                    if_generation_match=generation, if_metageneration_match=metageneration, **_limits()
+                ),
+                path,
+            )
+        except (PreconditionFailed, NotFound, FileNotFoundError):
+            return False
+        return True
+    aside = f"{path}.{os.getpid()}.removed"
+    try:
+        os.rename(path, aside)  # atomic: one command takes it
+    except FileNotFoundError:
+        return False
+    stat = os.stat(aside)
+    if (stat.st_ino, stat.st_mtime_ns) != expected:  # another command's, written meanwhile: put it back
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+        os.remove(aside)
+        return False
+    os.remove(aside)
+    return True
 
 
 def read_text(path: str) -> str:
@@ -191,11 +311,12 @@ def share(source: str, dest: str) -> None:
             dest,
         )
         return
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    try:
-        os.link(source, dest)
-    except OSError:
-        shutil.copyfile(source, dest)
+    with _named_problems(dest):
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            os.link(source, dest)
+        except OSError:
+            shutil.copyfile(source, dest)
 
 
 def mirror(local_dir: str, dest: str) -> None:
@@ -288,7 +409,7 @@ def _client():
     try:
         return gcs.Client()
     except DefaultCredentialsError:
-        raise UsageError(
+        raise EnvironmentProblem(
             "no Google Cloud credentials: run `gcloud auth application-default login`, "
             "or on GKE give the pods a Workload Identity service account"
         ) from None
@@ -305,7 +426,9 @@ def _blob(path: str):
 
 
 def _gcs(call, path: str):
-    """Run a Cloud Storage call, turning its failures into one-line UsageErrors."""
+    """Run a Cloud Storage call, turning its failures into one-line errors: a missing bucket is the
+    user's (UsageError), refused rights or credentials, limits and an unreachable endpoint are the
+    environment's (EnvironmentProblem)."""
     from google.api_core import exceptions as api
     from google.auth.exceptions import TransportError
     from requests.exceptions import ConnectionError as RequestsConnectionError
@@ -318,9 +441,11 @@ def _gcs(call, path: str):
             raise UsageError(f"Cloud Storage bucket {bucket!r} does not exist") from None
         raise FileNotFoundError(path) from None
     except api.Forbidden as err:
-        raise UsageError(f"no permission for {path}: {err}") from None
+        raise EnvironmentProblem(f"permission denied on {path}: {err}") from None
     except api.Unauthorized as err:
-        raise UsageError(f"Cloud Storage refused the credentials for {path}: {err}") from None
+        raise EnvironmentProblem(f"Cloud Storage refused the credentials for {path}: {err}") from None
+    except api.TooManyRequests as err:
+        raise EnvironmentProblem(f"Cloud Storage rate limit or quota exceeded on {path}: {err}") from None
     except (api.RetryError, api.ServiceUnavailable, RequestsConnectionError, TransportError) as err:
         endpoint = os.environ.get("STORAGE_EMULATOR_HOST", "storage.googleapis.com")
-        raise UsageError(f"cannot reach Cloud Storage at {endpoint} for {path}: {err}") from None
+        raise EnvironmentProblem(f"cannot reach Cloud Storage at {endpoint} for {path}: {err}") from None

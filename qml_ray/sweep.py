@@ -20,7 +20,7 @@ import ray
 import yaml
 from ray import tune
 
-from qml_ray import cli, config as config_lib, results, runtime, storage, train
+from qml_ray import claims, cli, config as config_lib, interrupts, results, runtime, storage, train
 from qml_ray.errors import UsageError, one_line
 
 TUNE_DIR = "tune"  # Ray Tune's experiment state, within the sweep's folder
@@ -147,11 +147,12 @@ def _shown(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def check_folder(sweep: str, spec: dict, resume: bool) -> bool:
-    """Whether the sweep continues a stored one; raises UsageError when it cannot."""
+def check_folder(sweep: str, spec: dict, resume: bool, found: bool) -> bool:
+    """Whether the sweep continues a stored one (`found`: its folder was there); raises UsageError
+    when it cannot."""
     stored = storage.join(sweep, SPEC)
     if not resume:
-        if storage.exists(sweep):
+        if found:
             raise UsageError(f"sweep folder {sweep} already exists: choose another --name, or add --resume")
         return False
     if not storage.exists(stored):
@@ -302,20 +303,27 @@ def run_tune(sweep: str, trials: list[Trial], at_once: int, metric: str, early_s
 def main(argv=None) -> None:
     args = parse_args(argv)
     sweep, trials = plan(args)
-    metric = args.early_stop or DEFAULT_METRIC
     storage.check_reachable(sweep)
+    with claims.claimed(sweep, "sweep") as found:
+        interrupts.say_on_interrupt(f"continue with --name {posixpath.basename(sweep)} --resume")
+        run_sweep(args, sweep, trials, found)
+
+
+def run_sweep(args, sweep: str, trials: list[Trial], found: bool) -> None:
+    """Run the claimed sweep's trials (`found`: its folder was there), then write and print its results."""
+    metric = args.early_stop or DEFAULT_METRIC
     spec = {
         "early_stop": args.early_stop,
         "trials": {trial.name: config_lib.asdict(trial.config) for trial in trials},
     }
-    resuming = check_folder(sweep, spec, args.resume)
+    resuming = check_folder(sweep, spec, args.resume, found)
     runtime.connect(args.address, log_to_driver=False)
     at_once = side_by_side(trials, args.max_concurrent)
     print(f"sweep folder: {sweep}: {len(trials)} trial(s), up to {at_once} at a time", flush=True)
     if not resuming:
         storage.write_text(storage.join(sweep, SPEC), yaml.safe_dump(spec, sort_keys=False))
     prepare(trials)
-    grid = run_tune(sweep, trials, at_once, metric, bool(args.early_stop), resuming)
+    grid = interrupts.waited(run_tune, sweep, trials, at_once, metric, bool(args.early_stop), resuming)
     errors = {result.config["trial"]["name"]: error_text(result.error) for result in grid if result.error}
     rows = [trial_row(trial, errors.get(trial.name, "")) for trial in trials]
     table = results.ranked(rows, metric)

@@ -13,11 +13,12 @@ import sys
 import tempfile
 import time
 
-from qml_ray import cli, config as config_lib, runtime, storage
+from qml_ray import checkpoints, claims, cli, config as config_lib, interrupts, runtime, storage
 from qml_ray.errors import UsageError, one_line
 
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+TRAIN_METRICS_ENV = "RAY_TRAIN_METRICS_ENABLED"
 MIN_REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own default wait for a worker group to start
 # Keys that define a run's data set and model: a resumed run must keep them.
 FIXED_ON_RESUME = ("qubits", "layers", "examples", "test_fraction", "seed", "hidden_activation")
@@ -41,20 +42,27 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def resolve_run(args) -> tuple[config_lib.Config, str, bool]:
-    """The config to train with, the run folder, and whether training continues a stored run."""
+def locate_run(args) -> tuple[config_lib.Config, str]:
+    """The config the file and flags ask for, and the run folder."""
     requested = cli.config_from_args(args)
     storage.check_reachable(requested.storage)
     if args.resume and not args.name:
         raise UsageError("--resume needs the --name of the run to continue")
-    run = storage.run_dir(requested.storage, time.strftime("%Y%m%d-%H%M%S") if args.name is None else args.name)
+    return requested, storage.run_dir(
+        requested.storage, time.strftime("%Y%m%d-%H%M%S") if args.name is None else args.name
+    )
+
+
+def resolve_run(args, requested: config_lib.Config, run: str, found: bool) -> tuple[config_lib.Config, bool]:
+    """The config to train with, and whether training continues the stored run (claimed by this
+    command; `found`: it was there before)."""
     if not args.resume:
-        if storage.exists(run):
+        if found:
             raise UsageError(f"run folder {run} already exists: choose another --name, or add --resume")
-        return requested, run, False
+        return requested, False
     if not storage.exists(storage.join(run, storage.CONFIG)):  # never started, or stopped before its config
         print(f"no run at {run} yet: starting it", flush=True)
-        return requested, run, False
+        return requested, False
     if storage.exists(storage.join(run, storage.CHECKPOINTS, storage.CHECKPOINT_LIST)):
         raise UsageError(
             f"cannot resume {run}: an earlier qml_ray trained it, keeping Ray Train's checkpoint list in "
@@ -68,7 +76,8 @@ def resolve_run(args) -> tuple[config_lib.Config, str, bool]:
     changed = [key for key in FIXED_ON_RESUME if getattr(resumed, key) != getattr(stored, key)]
     if changed:
         raise UsageError(f"cannot resume {run} with another {', '.join(changed)}: they define its data and model")
-    return resumed, run, True
+    checkpoints.newest_whole(run, say=lambda line: print(line, flush=True))  # fails when none is whole
+    return resumed, True
 
 
 def published_epochs(run: str) -> int:
@@ -116,6 +125,8 @@ def fit(config: config_lib.Config, run: str, callbacks=(), console=None, new_run
             START_TIMEOUT_ENV: str(replacement_wait(config)),
         }
     )
+    if not posixpath.basename(run).isascii():  # Ray Train tags its own metrics with the run's name: ASCII only
+        os.environ[TRAIN_METRICS_ENV] = "0"
     filesystem, path = storage.pyarrow_filesystem(run)
     trainer = DataParallelTrainer(  # Ray's TensorflowTrainer, less its import of TensorFlow (tf_backend.py)
         train_worker,
@@ -169,7 +180,15 @@ def publish_weights(checkpoint, run: str) -> str:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    config, run, resuming = resolve_run(args)
+    requested, run = locate_run(args)
+    with claims.claimed(run, "run") as found:
+        interrupts.say_on_interrupt(f"continue with --name {posixpath.basename(run)} --resume")
+        config, resuming = resolve_run(args, requested, run, found)
+        train_run(args, config, run, resuming)
+
+
+def train_run(args, config: config_lib.Config, run: str, resuming: bool) -> None:
+    """Train the claimed run: check the cluster, write the config (and data), train, publish the weights."""
     done = published_epochs(run) if resuming else 0
     if done >= config.epochs:  # e.g. a job retried after it finished
         print(
@@ -203,7 +222,7 @@ def main(argv=None) -> None:
     console = Console()
     try:
         with console.printing():
-            result = fit(config, run, console=console, new_run=not resuming)
+            result = interrupts.waited(fit, config, run, console=console, new_run=not resuming)
     except TrainingFailedError as err:  # failed more than max_failures times, or lost capacity for good
         print(f"error: {failure_message(err, config)}", file=sys.stderr)
         print(f"the checkpoints are kept: continue with --name {os.path.basename(run)} --resume", file=sys.stderr)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import ray.train
 
 from qml_ray import runtime, storage
+from qml_ray.checkpoints import whole
 from qml_ray.config import Config
 
 if TYPE_CHECKING:
@@ -45,17 +46,20 @@ def train_worker(params: dict) -> None:
         if context.get_world_rank() == 0 and not storage.exists(storage.join(run, storage.CONFIG)):
             prepare_run(config, run, resume=False)
         barrier()
-    train_replica(
-        config,
-        run,
-        strategy,
-        context.get_world_rank(),
-        context.get_world_size(),
-        ray.train.get_checkpoint(),
-        ray_train=True,
-        local_rank=context.get_local_rank(),
-        say=console.say if console else print,
-    )
+    from qml_ray.console import problems_told
+
+    with problems_told(console, run):
+        train_replica(
+            config,
+            run,
+            strategy,
+            context.get_world_rank(),
+            context.get_world_size(),
+            ray.train.get_checkpoint(),
+            ray_train=True,
+            local_rank=context.get_local_rank(),
+            say=console.say if console else print,
+        )
 
 
 def train_replica(
@@ -171,6 +175,7 @@ def restore(
     its TensorBoard logs; return its epochs done, steps done of the next and metrics history."""
     if checkpoint is None:
         return 0, 0, []
+    checkpoint = whole(checkpoint)  # Ray Train's latest, or the newest whole one before it
     with tempfile.TemporaryDirectory() as folder:  # per worker: as_directory() is shared on a node
         checkpoint.to_directory(folder)
         model.load_weights(os.path.join(folder, storage.WEIGHTS_PREFIX))

@@ -126,6 +126,10 @@ MISTAKES = [
     mistake(*TRAIN, "--name", "a/b", message="--name must be one folder name", id="name-with-separator"),
     mistake(*TRAIN, "--name", ".", message="--name must be one folder name", id="name-is-the-storage"),
     mistake(*TRAIN, "--name", "{tmp}/elsewhere", message="--name must be one folder name", id="name-absolute"),
+    mistake(*TRAIN, "--name", "n" * 300, message="--name must be at most 255 bytes (UTF-8), not 300", id="name-long"),
+    mistake(
+        *TRAIN, "--name", "名" * 86, message="--name must be at most 255 bytes (UTF-8), not 258", id="name-long-utf8"
+    ),
     # train: storage that cannot hold a run
     mistake("train", "--storage", "", message="storage must not be empty", id="storage-empty"),
     mistake("train", "--storage", "gs:/bucket/runs", message="unsupported storage", id="storage-gs-malformed"),
@@ -244,6 +248,7 @@ MISTAKES = [
     mistake(*SWEEP, "--resume", message="--resume needs the --name", id="sweep-resume-without-name"),
     mistake(*SWEEP, "--name", "../up", message="--name must be one folder name", id="sweep-name-climbs-out"),
     mistake(*SWEEP, "--name", "", message="--name must be one folder name", id="sweep-name-empty"),
+    mistake(*SWEEP, "--name", "n" * 256, message="--name must be at most 255 bytes", id="sweep-name-long"),
     mistake(*SWEEP[:3], "--storage", "{file}", message="is a file", id="sweep-storage-is-a-file"),
 ]
 

@@ -1,0 +1,129 @@
+"""Ctrl-C (SIGINT) and SIGTERM (`ray job stop`, a pod's deletion): the command stops at once.
+
+The first signal raises Interrupted in the main thread, wherever it waits. The command then says
+how to continue and exits with 128 + the signal's number, after its cleanups (the run's claim
+released, the autoscaler's request withdrawn; at most EXIT_SECONDS), asking every process it
+started to stop (a local Ray and its workers); a second signal exits at once. Ray Train's and Ray
+Tune's own SIGINT handlers (a graceful abort, during which the workers train on) never see it:
+`waited` runs their calls off the main thread, where they install none.
+"""
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+EXIT_SECONDS = 5  # the longest an interrupted command's cleanups may take
+_received: list[int] = []
+_cleanups: list = []
+_waiting: list["_Call"] = []
+_next_step = [""]  # what the interrupted command's last line says to do
+
+
+class Interrupted(BaseException):  # not an Exception: no `except Exception` on the way swallows it
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.status = 128 + signum
+
+
+def install() -> None:
+    """Catch SIGINT and SIGTERM from now on (again after anything that sets handlers of its own, as ray.init)."""
+    for signum in SIGNALS:
+        signal.signal(signum, _on_signal)
+
+
+def _on_signal(signum, frame):
+    if _received:  # the second: no more waiting
+        os._exit(128 + signum)
+    _received.append(signum)
+    raise Interrupted(signum)
+
+
+def on_interrupt(cleanup) -> None:
+    """Run `cleanup` (once) when the command is interrupted, before it exits."""
+    if cleanup not in _cleanups:
+        _cleanups.append(cleanup)
+
+
+def exit_interrupted(status: int) -> None:
+    """Exit with `status` now, after the cleanups (at most EXIT_SECONDS), asking every process the
+    command started (a local Ray: its GCS, raylet, agents and workers) to stop. No other exit
+    handler runs: Ray's would disconnect from Ray while a thread still waits on it, and wait for a
+    local Ray to stop (which SIGTERM to the command's process group may be stopping already);
+    either way Ray would end the process with status 1 and a line of its own. On a cluster, the
+    command's actors go with it."""
+    timer = threading.Timer(EXIT_SECONDS, os._exit, (status,))
+    timer.daemon = True
+    timer.start()
+    for cleanup in reversed(_cleanups):
+        with contextlib.suppress(Exception):
+            cleanup()
+    for pid in _descendants():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _descendants() -> list[int]:
+    """The processes this one started, and theirs (from Linux's /proc)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    found, generation = [], {os.getpid()}
+    while generation:
+        generation = {pid for pid, parent in parents.items() if parent in generation}
+        found += generation
+    return found
+
+
+def say_on_interrupt(next_step: str) -> None:
+    """From now on, an interrupted command's last line is 'interrupted: <next_step>'."""
+    _next_step[0] = next_step
+
+
+def last_line() -> str:
+    return f"interrupted: {_next_step[0]}" if _next_step[0] else "interrupted"
+
+
+class _Call:
+    def __init__(self):
+        self.done, self.result, self.error = threading.Event(), None, None
+
+    def end(self, result=None, error: BaseException | None = None) -> None:
+        if not self.done.is_set():
+            self.result, self.error = result, error
+            self.done.set()
+
+
+def waited(call, *args, **kwargs):
+    """`call(*args, **kwargs)`, run in a thread of its own while the main thread waits for it, so a
+    signal interrupts the wait; its result, or its exception (or the one `fail` gave meanwhile)."""
+    pending = _Call()
+
+    def run():
+        try:
+            pending.end(result=call(*args, **kwargs))
+        except BaseException as err:  # handed to the waiting thread
+            pending.end(error=err)
+
+    _waiting.append(pending)
+    threading.Thread(target=run, daemon=True).start()
+    try:
+        pending.done.wait()
+    finally:
+        _waiting.remove(pending)
+    if pending.error is not None:
+        raise pending.error
+    return pending.result
+
+
+def fail(error: BaseException) -> None:
+    """End the calls being `waited` for with `error` (from any thread: the console's relay, say)."""
+    for pending in list(_waiting):
+        pending.end(error=error)
