@@ -111,8 +111,14 @@ def _split_batch(batch: dict, seed: int, fraction: float, validation: bool) -> d
 
 # Ray Data's tasks (reading files, splitting rows) reserve no CPU: the workers hold every CPU of
 # their nodes for simulation, and a task that waited for one would wait forever. Reading and
-# hashing take little next to simulating the circuits they feed.
-DATA_TASKS = {"num_cpus": 0}
+# hashing take little next to simulating the circuits they feed; a few at a time keep up.
+DATA_TASKS_AT_ONCE = 4
+
+
+def _data_tasks() -> dict:
+    import ray.data
+
+    return {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=DATA_TASKS_AT_ONCE)}
 
 
 def read(source: Source, columns: list[str] | None = None):
@@ -121,7 +127,7 @@ def read(source: Source, columns: list[str] | None = None):
 
     files = ray.data.from_items([{"path": path} for path in source.paths], override_num_blocks=len(source.paths))
     return files.map_batches(
-        _read_files, fn_kwargs={"columns": columns}, batch_size=1, batch_format="pyarrow", **DATA_TASKS
+        _read_files, fn_kwargs={"columns": columns}, batch_size=1, batch_format="pyarrow", **_data_tasks()
     )
 
 
@@ -141,7 +147,7 @@ def split(dataset, seed: int, fraction: float, validation: bool):
         _split_batch,
         fn_kwargs={"seed": seed, "fraction": fraction, "validation": validation},
         batch_format="numpy",
-        **DATA_TASKS,
+        **_data_tasks(),
     )
 
 

@@ -7,7 +7,6 @@ the predictions (a `prediction` column beside the data's other columns) land as 
 are printed.
 """
 
-import logging
 import os
 import time
 
@@ -40,11 +39,14 @@ def parse_args(argv=None):
 
 def load_trained_model(run: str):
     """The run's model with its final weights, or a UsageError saying why it cannot be had."""
-    config = config_lib.of_run(run)
+    return with_weights(contract.build(config_lib.of_run(run), contract.recorded(run)), run)
+
+
+def with_weights(model, run: str):
+    """`model` (the run's, as built) with the run's final weights loaded, or a UsageError."""
     weights = storage.join(run, storage.WEIGHTS)
     if not storage.is_complete(weights):
         raise UsageError(f"no weights in {weights}: has the run finished training?")
-    model = contract.build(config, contract.recorded(run))
     try:
         with storage.local_copy(weights) as folder:
             model.load_weights(os.path.join(folder, storage.WEIGHTS_PREFIX)).expect_partial()
@@ -207,14 +209,12 @@ def infer(
     source = datasets.describe(data, needs_label=False) if data else None
     splits = None if data else datasets.sources(config, run)
     with cli.native_stderr_hidden(not verbose):
-        model = load_trained_model(run)  # fail here, in one line, rather than inside an actor
+        model = contract.build(config, contract.recorded(run))
         if data:
             check_data(data, source, model)
+        with_weights(model, run)  # fail here, in one line, rather than inside an actor
         runtime.connect(address, log_to_driver=verbose)
-        if not verbose:
-            import ray.data  # noqa: F401  (it sets its loggers' levels on import; its progress lines are INFO)
-
-            logging.getLogger("ray.data").setLevel(logging.WARNING)
+        runtime.quiet_ray_data(verbose)
         runtime.require_capacity(
             actors + 1,
             1,

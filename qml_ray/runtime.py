@@ -63,6 +63,16 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # after ray.init, which sets a handler of its own
 
 
+def quiet_ray_data(verbose: bool) -> None:
+    """Keep Ray Data's progress lines (INFO) off the console, unless `verbose`."""
+    if not verbose:
+        import logging
+
+        import ray.data  # noqa: F401  (it sets its loggers' levels on import)
+
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
 def _exit_on_sigterm(signum, frame):
     """SIGTERM (`ray job stop`, a pod's deletion) ends the command as an exit does, so its exit
     handlers run (withdraw_capacity_request among them), with status 143."""

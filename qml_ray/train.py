@@ -280,6 +280,7 @@ def train(
     contract.check(config, model)
     check_data(config, run, resuming)
     runtime.connect(address, log_to_driver=verbose)
+    runtime.quiet_ray_data(verbose)
     runtime.require_capacity(
         config.workers,
         config.cpus_per_worker,
