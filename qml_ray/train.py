@@ -267,7 +267,10 @@ def train(
     TrainingFailed (its checkpoints kept)."""
     if model is not None:
         config = config.replace(model=contract.name_of(model))
-    config, run, resuming = resolve_run(config, name, resume)
+    locations = {
+        key: storage.absolute(getattr(config, key)) for key in ("data", "validation_data") if getattr(config, key)
+    }
+    config, run, resuming = resolve_run(config.replace(**locations), name, resume)
     done = published_epochs(run) if resuming else 0
     if done >= config.epochs:  # e.g. a job retried after it finished
         print(

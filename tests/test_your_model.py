@@ -2,97 +2,33 @@
 qml_ray.fit, streamed to the workers by Ray Data in shards, then inferred; and the two examples."""
 
 import hashlib
-import textwrap
 from pathlib import Path
 
 import cirq
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import tensorflow_quantum as tfq
 
 from qml_ray import datasets, storage
 
-from conftest import run_command
+from conftest import FILES, ROWS_PER_FILE, run_command
 
-FILES = 50  # the data set's Parquet files
-ROWS_PER_FILE = 4
 SEED = 5  # the run's seed: which rows are held out for validation
 TEST_FRACTION = 0.25
-
-# The user's module: a one-qubit regression, whose training step can note the circuits each
-# worker trains on (one file per rank, a line per circuit).
-MODULE = """
-import hashlib
-import json
-import os
-
-import cirq
-import sympy
-import tensorflow as tf
-import tensorflow_quantum as tfq
-
-
-class Noting(tf.keras.Model):
-    folder = ""
-
-    def train_step(self, data):
-        if self.folder:
-            tf.py_function(self.note, [data[0]], [])
-        return super().train_step(data)
-
-    def note(self, circuits):
-        rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-        with open(os.path.join(self.folder, f"rank-{rank}.txt"), "a") as f:
-            f.writelines(hashlib.sha1(c).hexdigest() + "\\n" for c in circuits.numpy())
-
-
-def build(learning_rate=0.1, seed=0, notes=""):
-    tf.keras.utils.set_random_seed(seed)
-    qubit = cirq.GridQubit(0, 0)
-    circuits = tf.keras.Input(shape=(), dtype=tf.string)
-    readout = tfq.layers.PQC(cirq.Circuit(cirq.ry(sympy.Symbol("w"))(qubit)), cirq.Z(qubit))(circuits)
-    model = Noting(circuits, tf.keras.layers.Dense(1)(readout))
-    model.folder = notes
-    model.compile(tf.keras.optimizers.Adam(learning_rate), loss="mse")
-    return model
-"""
 
 
 def circuit_hash(circuit: bytes) -> str:
     return hashlib.sha1(circuit).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    """A working folder with the user's module (mymodel.py) and data/, FILES Parquet files of
-    rx(angle) circuits labelled cos(angle), with an id."""
-    folder = tmp_path_factory.mktemp("project")
-    (folder / "mymodel.py").write_text(textwrap.dedent(MODULE))
-    (folder / "data").mkdir()
-    qubit = cirq.GridQubit(0, 0)
-    angles = np.random.default_rng(0).uniform(-np.pi, np.pi, FILES * ROWS_PER_FILE)
-    circuits = tfq.convert_to_tensor([cirq.Circuit(cirq.rx(a)(qubit)) for a in angles]).numpy()
-    for part in range(FILES):
-        rows = slice(part * ROWS_PER_FILE, (part + 1) * ROWS_PER_FILE)
-        table = pa.table(
-            {
-                "id": np.arange(FILES * ROWS_PER_FILE)[rows],
-                "circuit": pa.array(circuits[rows], pa.binary()),
-                "label": pa.array(np.cos(angles[rows]), pa.float32()),
-            }
-        )
-        pq.write_table(table, folder / "data" / f"part-{part:03d}.parquet")
-    return folder
-
-
 def all_rows(project: Path) -> pd.DataFrame:
     return pq.read_table(project / "data").to_pandas()
 
 
-def test_a_users_model_trains_on_shards_of_its_data_and_infers(project, tmp_path):
+def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp_path):
+    project = user_project
     notes = tmp_path / "notes"
     notes.mkdir()
     options = ("--data", "data", "--workers", 2, "--batch-size", 8, "--epochs", 1, "--seed", SEED)
@@ -145,7 +81,8 @@ def test_a_users_model_trains_on_shards_of_its_data_and_infers(project, tmp_path
     assert done.stdout.splitlines()[-1].startswith("loss ")
 
 
-def test_fit_takes_a_function_defined_by_the_caller(project, tmp_path):
+def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path):
+    project = user_project
     import qml_ray
 
     def tiny(learning_rate=0.1):
