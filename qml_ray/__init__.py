@@ -1,4 +1,8 @@
-"""qml_ray: train and serve TensorFlow Quantum QCNNs on Ray."""
+"""qml_ray: train and serve TensorFlow Quantum models on Ray.
+
+`qml_ray.fit(...)` trains as `python -m qml_ray.train` does and `qml_ray.predict(run, data)`
+infers as `python -m qml_ray.infer` does (see qml_ray.api).
+"""
 
 import os
 
@@ -6,3 +10,14 @@ import os
 # Ray workers get the same variable through the job's runtime environment (runtime.py).
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+__all__ = ["fit", "predict"]
+
+
+def __getattr__(name: str):
+    """fit and predict, imported when first used (importing qml_ray stays light)."""
+    if name in __all__:
+        from qml_ray import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'qml_ray' has no attribute {name!r}")

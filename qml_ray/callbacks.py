@@ -24,27 +24,52 @@ import numpy as np
 import ray.train
 import tensorflow as tf
 
-from qml_ray import storage
+from qml_ray import runtime, storage
 from qml_ray.checkpoints import write_manifest
 from qml_ray.config import Config
 
 PROGRESS_SECONDS = 30  # the shortest time between two of an epoch's progress lines
-HISTORY_FIELDS = (
-    "epoch",
-    "loss",
-    "accuracy",
-    "val_loss",
-    "val_accuracy",
-    "epoch_seconds",
-    "circuits_per_second",
-    "finished_at",
-)  # finished_at: Unix time, so restarts show as gaps
-RAY_METRICS = {  # the history's keys exported as Ray metrics, and what each means
+# A history row: the epoch, the model's own metrics (loss, its compiled metrics, val_ each), then these.
+TIMING_FIELDS = ("epoch_seconds", "circuits_per_second", "finished_at")  # finished_at: Unix time, restarts show as gaps
+RAY_METRICS = {  # the history's keys exported as Ray metrics (every model has them), and what each means
     "epoch": "epochs trained",
     "loss": "the last epoch's training loss",
     "val_loss": "the last epoch's validation loss",
     "circuits_per_second": "the last epoch's training circuits per second",
 }
+
+
+def for_replica(config, run, rank, inputs, rows, summaries_dir, ray_train, say) -> list:
+    """The callbacks of one replica's training, in the order Keras must call them (each per-epoch one
+    reads what those before it recorded): timing and history on every rank; on rank 0 the console,
+    TensorBoard and run logs; under Ray Train the report (every rank) and Ray metrics (rank 0); the
+    step profiler first, the fault tests' hold before it, and the benchmark's timings last, when asked for."""
+    clock = EpochClock()
+    history = MetricsHistory(rows, clock, inputs.train_circuits, inputs.steps)
+    callbacks = [clock, history]
+    if rank == 0:
+        callbacks += [
+            ProgressLine(config.epochs, inputs.steps, inputs.train_circuits, say=say),
+            ConsoleLine(history, config.epochs, say),
+            TensorBoardLog(history, summaries_dir),
+            RunLogs(history, run, summaries_dir),
+        ]
+    if ray_train:
+        callbacks.append(RayReport(history, config, summaries_dir, inputs.steps))
+    if ray_train and rank == 0:
+        callbacks.append(RayMetrics(history, os.path.basename(run)))
+    profile_steps = config.profile_range()
+    if rank == 0 and profile_steps:
+        callbacks.insert(
+            0, StepProfiler(profile_steps, config.epochs, summaries_dir, say)
+        )  # done before the logs publish
+    if ray_train and (hold := os.environ.get(runtime.HOLD_ENV)):
+        from qml_ray.hold import HoldAtStep
+
+        callbacks.insert(0, HoldAtStep(hold))  # before RayReport, which checkpoints a drain seen there
+    if timings := os.environ.get(runtime.TIMINGS_ENV):
+        callbacks.append(Timings(os.path.join(timings, f"rank-{rank}.json")))
+    return callbacks
 
 
 class EpochClock(tf.keras.callbacks.Callback):
@@ -59,16 +84,17 @@ class EpochClock(tf.keras.callbacks.Callback):
 
 
 class MetricsHistory(tf.keras.callbacks.Callback):
-    """The history: each epoch's row of HISTORY_FIELDS appended to `rows`, which start with the
-    epochs trained before (restored from a checkpoint). An epoch of `steps` steps trains on
-    `train_examples` circuits; one resumed mid-way (after a drain) on its remaining steps' share."""
+    """The history: each epoch's row (the epoch, the model's metrics, TIMING_FIELDS) appended to
+    `rows`, which start with the epochs trained before (restored from a checkpoint). An epoch of
+    `steps` steps trains on `train_examples` circuits; one resumed mid-way (after a drain) on its
+    remaining steps' share."""
 
     def __init__(self, rows: list[dict], clock: EpochClock, train_examples: int, steps: int):
         super().__init__()
         self.rows, self.clock, self.train_examples, self.steps = rows, clock, train_examples, steps
 
     def on_epoch_end(self, epoch, logs=None):
-        metrics = {key: float(logs[key]) for key in HISTORY_FIELDS[1:5]}
+        metrics = {key: float(value) for key, value in logs.items() if np.ndim(value) == 0}
         circuits = self.train_examples * self.params["steps"] / self.steps
         self.rows.append(
             {
@@ -94,10 +120,14 @@ class ConsoleLine(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         row = self.history.latest
+        metrics = "  ".join(
+            f"{key} {value:.4f}" if "loss" in key or "error" in key else f"{key} {value:.3f}"
+            for key, value in row.items()
+            if key not in ("epoch", *TIMING_FIELDS)
+        )
         self.say(
-            f"epoch {row['epoch']}/{self.epochs}  loss {row['loss']:.4f}  accuracy {row['accuracy']:.3f}  "
-            f"val_loss {row['val_loss']:.4f}  val_accuracy {row['val_accuracy']:.3f}  "
-            f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.3g} circuits/s"  # 0.12 at 23 qubits
+            f"epoch {row['epoch']}/{self.epochs}  {metrics}  "
+            f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.3g} circuits/s"
         )
 
 
@@ -137,21 +167,22 @@ class ProgressLine(tf.keras.callbacks.Callback):
 
 class TensorBoardLog(tf.keras.callbacks.Callback):
     """Per epoch, into the TensorBoard logs at `logdir`: the row's metrics as scalars, and a
-    histogram of the QCNN's readouts on this worker's `circuits` validation circuits, taken from
-    the validation pass itself (model.HybridQCNN hands them over): no simulation of its own, so
-    the other workers never wait for it. The shard repeats unshuffled, so its first `circuits`
-    readouts hold each of its circuits once."""
+    histogram of every array the model's evaluation step adds to its logs (the QCNN's readouts,
+    model.HybridQCNN), over this worker's validation shard: taken from the validation pass itself,
+    no simulation of its own, so the other workers never wait for it."""
 
-    def __init__(self, history: MetricsHistory, logdir: str, circuits: int):
+    def __init__(self, history: MetricsHistory, logdir: str):
         super().__init__()
-        self.history, self.circuits, self.readouts = history, circuits, []
+        self.history, self.arrays = history, {}
         self.writer = tf.summary.create_file_writer(logdir)
 
     def on_test_begin(self, logs=None):
-        self.readouts = []
+        self.arrays = {}
 
     def on_test_batch_end(self, batch, logs=None):
-        self.readouts.append(logs["readouts"])
+        for key, value in (logs or {}).items():
+            if np.ndim(value) > 0:
+                self.arrays.setdefault(key, []).append(value)
 
     def on_epoch_end(self, epoch, logs=None):
         row = self.history.latest
@@ -159,7 +190,8 @@ class TensorBoardLog(tf.keras.callbacks.Callback):
             for key, value in row.items():
                 if key not in ("epoch", "finished_at"):
                     tf.summary.scalar(key, value)
-            tf.summary.histogram("qcnn_readout", np.concatenate(self.readouts)[: self.circuits])
+            for key, batches in self.arrays.items():
+                tf.summary.histogram(key, np.concatenate(batches))
         self.writer.flush()
 
 
@@ -185,7 +217,7 @@ class RunLogs(tf.keras.callbacks.Callback):
 
 def history_csv(rows: list[dict]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=HISTORY_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["epoch"], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
@@ -263,13 +295,13 @@ class RayMetrics(tf.keras.callbacks.Callback):
 class StepProfiler(tf.keras.callbacks.Callback):
     """Traces training steps `first..last` (counted from 1 in this training, across epochs) with
     the TF profiler into `logdir`, where TensorBoard's Profile tab finds it. A trace still open
-    when the last epoch ends is closed then, so the epoch's log publishing includes it. A trace
-    the profiler is too busy for is skipped with a line to `say`."""
+    when the last of the `epochs` ends is closed then, so the epoch's log publishing includes it.
+    A trace the profiler is too busy for is skipped with a line to `say`."""
 
-    def __init__(self, steps: tuple[int, int], logdir: str, say: Callable[[str], None]):
+    def __init__(self, steps: tuple[int, int], epochs: int, logdir: str, say: Callable[[str], None]):
         super().__init__()
         (self.first, self.last), self.logdir, self.step, self.tracing = steps, logdir, 0, False
-        self.say = say
+        self.epochs, self.say = epochs, say
 
     def on_train_batch_begin(self, batch, logs=None):
         self.step += 1
@@ -285,7 +317,7 @@ class StepProfiler(tf.keras.callbacks.Callback):
             self.stop()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.tracing and epoch + 1 == self.params["epochs"]:
+        if self.tracing and epoch + 1 == self.epochs:
             self.stop()
 
     def stop(self) -> None:

@@ -28,12 +28,22 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "config keys", "each flag sets the key of its name (--cpus-per-worker: cpus_per_worker) over the config file"
     )
     for key, field in config_lib.FIELDS.items():
+        if key == "params":
+            continue
         keys.add_argument(
             flag(key),
             dest=key,
             metavar=_metavar(key),
             help=f"{config_lib.doc(key)} [default: {_shown(field.default)}]".replace("%", "%%"),
         )
+    keys.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a parameter of the model function, its value read as YAML reads it (0.1, 2, true, relu); "
+        "repeat for more; over the config file's params",
+    )
 
 
 def flag(key: str) -> str:
@@ -93,14 +103,25 @@ def native_stderr_hidden(hidden: bool = True):
 
 
 def overrides(args: argparse.Namespace) -> dict:
-    """The config values given as flags."""
-    return {key: getattr(args, key) for key in config_lib.FIELDS if getattr(args, key) is not None}
+    """The config values given as flags (but --param: see `params_given`)."""
+    return {key: getattr(args, key) for key in config_lib.FIELDS if key != "params" and getattr(args, key) is not None}
+
+
+def params_given(args: argparse.Namespace) -> dict:
+    """The model parameters given as --param KEY=VALUE flags, each value read as YAML reads it."""
+    params = {}
+    for spec in args.param:
+        key, equals, value = spec.partition("=")
+        if not equals or not key.strip():
+            raise UsageError(f"--param takes KEY=VALUE, got {spec!r}")
+        params[key.strip()] = config_lib.yaml_scalar(value, f"--param {spec}")
+    return params
 
 
 def config_from_args(args: argparse.Namespace) -> config_lib.Config:
     """The config file (or defaults) with the flags applied on top."""
-    base = config_lib.load(args.config) if args.config else config_lib.Config()
-    return config_lib.from_mapping({**config_lib.asdict(base), **overrides(args)})
+    base = config_lib.asdict(config_lib.load(args.config) if args.config else config_lib.Config())
+    return config_lib.from_mapping({**base, **overrides(args), "params": {**base["params"], **params_given(args)}})
 
 
 def run(main, argv=None) -> None:

@@ -8,13 +8,14 @@ restricted, and Ray asks for its token (see `hardening`).
 """
 
 import re
+import shlex
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import yaml
 
-from qml_ray import cli, config as config_lib, hardening, storage
+from qml_ray import cli, config as config_lib, contract, hardening, storage
 from qml_ray.errors import UsageError
 
 RAY_VERSION = version("ray")
@@ -81,7 +82,23 @@ def parse_args(argv=None):
     render.add_argument("--namespace", default=NAMESPACE, help=f"Kubernetes namespace (default: {NAMESPACE})")
     render.add_argument("--name", default="qcnn", help="name of the run and prefix of the resources")
     render.add_argument("--out", metavar="DIR", help="write DIR/<resource name>.yaml files instead of printing")
+    render.add_argument("--model", metavar="MODULE:FUNCTION", help="the model function (default: the config's)")
+    render.add_argument("--data", metavar="gs://...", help="the training data (default: the config's)")
+    render.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="a parameter of the model function"
+    )
     return parser.parse_args(argv)
+
+
+def model_options(args) -> list[str]:
+    """The training entrypoint's --model, --data and --param flags, as given (checked first)."""
+    cli.params_given(args)
+    if args.model:
+        contract.parse(args.model)
+    if args.data:
+        storage.check_location(args.data)
+    given = [("--model", args.model), ("--data", args.data), *(("--param", spec) for spec in args.param)]
+    return [text for flag, value in given if value for text in (flag, value)]
 
 
 def pod_spec(image: str, cpus: int, node_selector: dict, container: dict, volumes: tuple = ()) -> dict:
@@ -284,9 +301,11 @@ def render(
     project: str,
     name: str,
     namespace: str = NAMESPACE,
+    train_options: tuple[str, ...] = (),
 ) -> list[dict]:
     """Every manifest: namespace, service account, RayCluster, training and inference RayJobs,
-    TensorBoard, each Ray cluster and TensorBoard with its network policy."""
+    TensorBoard, each Ray cluster and TensorBoard with its network policy. `train_options`:
+    more flags for the training entrypoint (the model, its data and params)."""
     storage = f"gs://{bucket}/runs"
     run = f"{storage}/{name}"
     infer_workers = max(1, config.workers // 8)
@@ -299,7 +318,7 @@ def render(
     train = (
         f"python -m qml_ray.train --config {IMAGE_HOME}/{config_path} --workers {config.workers} "
         f"--storage {storage} --name {name} --resume"
-    )
+    ) + "".join(f" {shlex.quote(option)}" for option in train_options)
     infer = f"python -m qml_ray.infer --run {run} --actors {actors}"
     manifests = [
         hardening.namespace(namespace),
@@ -359,6 +378,7 @@ def main(argv=None) -> None:
         project=args.project,
         name=args.name,
         namespace=args.namespace,
+        train_options=tuple(model_options(args)),
     )
     if args.out:
         try:

@@ -14,6 +14,7 @@ from qml_ray.errors import UsageError
 # amplitudes, STATES_PER_CIRCUIT of them at once (TFQ's adjoint gradient keeps 3, the block
 # method 2). Beyond 38 qubits that is more than the largest machines have (about 12 TB).
 MAX_QUBITS = 38
+DEFAULT_MODEL = "qml_ray.model:qcnn"
 STATES_PER_CIRCUIT = 3
 AMPLITUDE_BYTES = 8
 
@@ -27,6 +28,23 @@ def _key(default, meaning: str):
 class Config:
     """Everything that defines a training run: one YAML file, every key a command-line flag too."""
 
+    model: str = _key(
+        DEFAULT_MODEL,
+        "MODULE:FUNCTION returning the compiled tf.keras model to train (its parameters: params, and the "
+        "config keys it names); the default is the built-in QCNN",
+    )
+    params: dict = dataclasses.field(
+        default_factory=dict,
+        metadata={"doc": "the model function's parameters, a mapping (flag: --param KEY=VALUE, repeatable)"},
+    )
+    data: str = _key(
+        "",
+        "Parquet file or folder (local or gs://) with a binary `circuit` column and a `label` column; "
+        "empty: the QCNN's generated excitation data set",
+    )
+    validation_data: str = _key(
+        "", "Parquet file or folder to validate on; empty: test_fraction of the rows of `data`, split by seed"
+    )
     qubits: int = _key(8, f"qubits of the cluster state the circuits run on (4..{MAX_QUBITS}; odd counts too)")
     layers: int = _key(1, "quantum convolution + pooling layers, from 1 to what the qubits allow (3 for 8 qubits)")
     examples: int = _key(160, "excitation circuits in the data set, training and test together (at least 10)")
@@ -91,7 +109,14 @@ class Config:
             self.profiler_port == 0 or 1024 <= self.profiler_port <= top,
             f"profiler_port must be 0 (off) or 1024..{top}",
         )
-        storage.check_location(self.storage)
+        from qml_ray.contract import parse
+
+        parse(self.model)
+        for location in (self.storage, self.data, self.validation_data):
+            if location:
+                storage.check_location(location)
+        _require(not self.validation_data or self.data, "validation_data needs data (the training data) too")
+        _require(all(isinstance(key, str) for key in self.params), "params must map names to values")
         return self
 
     def profile_range(self) -> tuple[int, int] | None:
@@ -187,6 +212,8 @@ def _coerce(key: str, value):
         value = _from_text(value, kind)
     elif isinstance(value, int) and not isinstance(value, bool) and kind in (float, str):
         value = kind(value)
+    elif value is None and kind is dict:  # `params:` left empty in a file
+        value = {}
     _require(
         isinstance(value, kind) and isinstance(value, bool) == (kind is bool),
         f"{key} must be {_KIND_NAMES[kind]}, got {value!r}",
@@ -204,7 +231,15 @@ def _from_text(text: str, kind: type):
         return text
 
 
-_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", dict: "a mapping"}
+
+
+def yaml_scalar(text: str, where: str):
+    """`text` as YAML reads a value (0.1, 2, true, relu), or a UsageError naming `where`."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UsageError(f"{where}: cannot read the value: {err}") from None
 
 
 def _require(condition: bool, message: str) -> None:

@@ -1,8 +1,9 @@
 """The excitation data set: rx(theta) on one qubit of the cluster state.
 
-Label +1 when |theta| <= pi/2, else -1. The data set is drawn once from the config's
-seed, written to the run folder as Parquet, and every worker reads the same files and
-trains on its own shard of them.
+Label +1 when |theta| <= pi/2, else -1. The QCNN's data set when a run names no `data`: drawn
+once from the config's seed and written to the run folder as Parquet (data/train.parquet and
+data/test.parquet, its training and validation data). The benchmark's baseline, which runs
+without Ray, reads it here too, each process its own shard.
 """
 
 import cirq
@@ -21,7 +22,7 @@ SPLITS = ("train", "test")
 def generate(config: Config) -> dict[str, pa.Table]:
     """The seeded data set, split into train and test tables (id, circuit, label, angle, qubit)."""
     rng = np.random.default_rng(config.seed)
-    qubits = qubits_for(config)
+    qubits = qubits_for(config.qubits)
     excited = rng.integers(len(qubits), size=config.examples)
     angles = rng.uniform(-np.pi, np.pi, size=config.examples)
     circuits = [cirq.Circuit(cirq.rx(angle)(qubits[q])) for q, angle in zip(excited, angles)]
@@ -48,14 +49,15 @@ def read(run: str, split: str) -> pa.Table:
 
 
 def shard(table: pa.Table, rank: int, world_size: int) -> pa.Table:
-    """Rows rank, rank + world_size, ...: the shards of all ranks partition the table."""
-    return table.take(np.arange(rank, table.num_rows, world_size))
+    """Rows rank, rank + world_size, ... of the first num_rows - num_rows % world_size: equal shards
+    that together hold all but those last rows, as Ray Train shards a Ray Dataset."""
+    return table.take(np.arange(rank, table.num_rows - table.num_rows % world_size, world_size))
 
 
 def to_tf_dataset(table: pa.Table, batch_size: int, shuffle_seed: int | None = None) -> tf.data.Dataset:
-    """(circuit, label) batches, reshuffled every epoch when a seed is given."""
+    """(circuit, label) batches, labels as (rows, 1), reshuffled every epoch when a seed is given."""
     circuits = tf.constant(table.column("circuit").to_pylist(), dtype=tf.string)
-    labels = tf.constant(table.column("label").to_numpy(), dtype=tf.float32)
+    labels = tf.constant(table.column("label").to_numpy().reshape(-1, 1), dtype=tf.float32)
     dataset = tf.data.Dataset.from_tensor_slices((circuits, labels))
     if shuffle_seed is not None:
         dataset = dataset.shuffle(table.num_rows, seed=shuffle_seed, reshuffle_each_iteration=True)

@@ -1,17 +1,18 @@
-"""`python -m qml_ray.infer`: Ray Data batch inference with a run's trained weights.
+"""`python -m qml_ray.infer` and `qml_ray.predict`: Ray Data batch inference with a run's weights.
 
-Ray Data reads the run's test split (or --data), a pool of actors each holding the
-model (built from the run's config, weights loaded once) predicts batch by batch, and
-the predictions land as Parquet in <run>/predictions/<timestamp>/.
+Ray Data reads the run's validation data (or --data), a pool of actors each holding the model
+(rebuilt from the run's `model` and `params`, weights loaded once) predicts batch by batch, and
+the predictions (a `prediction` column beside the data's other columns) land as Parquet in
+<run>/predictions/<timestamp>/. With labels in the data, the model's compiled loss and metrics
+are printed.
 """
 
-import logging
 import os
 import time
 
 import numpy as np
 
-from qml_ray import cli, config as config_lib, interrupts, runtime, storage
+from qml_ray import cli, config as config_lib, contract, datasets, interrupts, runtime, storage
 from qml_ray.errors import UsageError
 
 
@@ -22,7 +23,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--run", required=True, help="the run folder, e.g. runs/20260101-120000")
     parser.add_argument(
-        "--data", metavar="PARQUET", help="Parquet with a 'circuit' column (default: the run's test split)"
+        "--data",
+        metavar="PARQUET",
+        help="Parquet file or folder with a 'circuit' column (default: the run's validation data)",
     )
     parser.add_argument("--actors", type=int, default=1, metavar="N", help="model-holding actors (default: 1)")
     parser.add_argument("--batch-size", type=int, default=64, metavar="N", help="circuits per batch (default: 64)")
@@ -36,13 +39,14 @@ def parse_args(argv=None):
 
 def load_trained_model(run: str):
     """The run's model with its final weights, or a UsageError saying why it cannot be had."""
-    from qml_ray.model import build_model
+    return with_weights(contract.build(config_lib.of_run(run), contract.recorded(run)), run)
 
-    config = config_lib.of_run(run)
+
+def with_weights(model, run: str):
+    """`model` (the run's, as built) with the run's final weights loaded, or a UsageError."""
     weights = storage.join(run, storage.WEIGHTS)
     if not storage.is_complete(weights):
         raise UsageError(f"no weights in {weights}: has the run finished training?")
-    model = build_model(config)
     try:
         with storage.local_copy(weights) as folder:
             model.load_weights(os.path.join(folder, storage.WEIGHTS_PREFIX)).expect_partial()
@@ -53,8 +57,17 @@ def load_trained_model(run: str):
     return model
 
 
-def circuit_problem(serialized, qubits: int) -> str | None:
-    """Why `serialized` is not a circuit the model of `qubits` qubits can take, or None."""
+def model_qubits(model) -> list:
+    """The qubits of the model's parameterised circuits (TFQ's PQC layers keep theirs as
+    `_model_circuit`); empty when it has none such."""
+    import tensorflow_quantum as tfq
+
+    circuits = [layer._model_circuit for layer in model.layers if hasattr(layer, "_model_circuit")]
+    return sorted({qubit for tensor in circuits for qubit in tfq.from_tensor(tensor)[0].all_qubits()})
+
+
+def circuit_problem(serialized, qubits: list) -> str | None:
+    """Why `serialized` is not a circuit a model on `qubits` (none: any) can take, or None."""
     import cirq
     import tensorflow_quantum as tfq
 
@@ -66,47 +79,40 @@ def circuit_problem(serialized, qubits: int) -> str | None:
         circuit = None
     if not isinstance(circuit, cirq.Circuit):
         return "not a serialized TFQ circuit"
-    outside = sorted(set(circuit.all_qubits()) - set(cirq.GridQubit.rect(1, qubits)))
+    outside = sorted(set(circuit.all_qubits()) - set(qubits)) if qubits else []
     if outside:
         shown = ", ".join(map(str, outside))
-        return f"on {shown}, not among the model's {qubits} qubits q(0, 0)..q(0, {qubits - 1})"
+        return f"on {shown}, not among the model's {len(qubits)} qubits {qubits[0]}..{qubits[-1]}"
     return None
 
 
-def check_data(data_path: str, qubits: int) -> None:
-    """Fail in one line unless `data_path` is Parquet with a binary `circuit` column whose first row
-    the model of `qubits` qubits can take (the actors check every row)."""
-    import pyarrow as pa
+def check_data(data_path: str, source: datasets.Source, model) -> None:
+    """Fail in one line unless the first row of `data_path` (described by `source`) is a circuit
+    `model` can take (the actors check every row), and its labels, if any, fit the model's output."""
     import pyarrow.dataset as ds
 
-    filesystem, path = storage.pyarrow_filesystem(data_path)
-    try:
-        dataset = ds.dataset(path, format="parquet", filesystem=filesystem)
-        schema = dataset.schema
-        first = dataset.head(1, columns=["circuit"]).column(0).to_pylist() if "circuit" in schema.names else []
-    except (OSError, pa.ArrowException) as err:
-        raise UsageError(f"cannot read {data_path} as Parquet: {err}") from None
-    if "circuit" not in schema.names:
-        raise UsageError(f"{data_path} has no 'circuit' column (its columns: {', '.join(schema.names)})")
-    kind = schema.field("circuit").type
-    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_string(kind)):
-        raise UsageError(f"the 'circuit' column of {data_path} must hold serialized circuits (binary), not {kind}")
-    if not first:
-        raise UsageError(f"{data_path} has no rows")
-    problem = circuit_problem(first[0], qubits)
+    first_file = next(path for path, _, rows in source.files if rows)
+    filesystem, path = storage.pyarrow_filesystem(first_file)
+    first = ds.dataset(path, format="parquet", filesystem=filesystem).head(1, columns=["circuit"]).column(0)
+    problem = circuit_problem(first.to_pylist()[0], model_qubits(model))
     if problem:
         raise UsageError(f"the circuit of the first row of {data_path} is {problem}")
+    outputs = model.output_shape[1:] or (1,)
+    if source.label_width and (source.label_width,) != outputs:
+        raise UsageError(
+            f"the labels of {data_path} hold {source.label_width} value(s) per circuit, the model outputs {outputs[0]}"
+        )
 
 
 PROBLEM = "problem"  # the actors' column of what is wrong with a row's circuit (empty: nothing)
 
 
-class QCNNPredictor:
+class Predictor:
     """Ray Data callable class: one model per actor, loaded once, applied to every batch."""
 
     def __init__(self, run: str):
         self.model = load_trained_model(run)
-        self.qubits = config_lib.of_run(run).qubits
+        self.qubits = model_qubits(self.model)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The batch's columns but `circuit`, its predictions, and per row what is wrong with its
@@ -116,30 +122,27 @@ class QCNNPredictor:
         circuits = list(batch.pop("circuit"))
         problems = np.array([circuit_problem(circuit, self.qubits) or "" for circuit in circuits], dtype=object)
         good = problems == ""
-        predictions = np.full(len(circuits), np.nan, np.float32)
+        outputs = self.model.output_shape[1:] or (1,)
+        predictions = np.full((len(circuits), *outputs), np.nan, np.float32)
         if good.any():
             inputs = tf.constant([circuit for circuit, ok in zip(circuits, good) if ok], dtype=tf.string)
-            predictions[good] = self.model(inputs, training=False).numpy()[:, 0]
-        return {**batch, "prediction": predictions, PROBLEM: problems}
+            predictions[good] = self.model(inputs, training=False).numpy().reshape(-1, *outputs)
+        column = predictions[:, 0] if outputs == (1,) else list(predictions)  # a float, or a list per row
+        return {**batch, "prediction": column, PROBLEM: problems}
 
 
-def predict(run: str, data_path: str, actors: int, batch_size: int):
-    """Predict every row of `data_path`; the result is materialised in the object store."""
+def predictions_of(run: str, data, actors: int, batch_size: int):
+    """Predict every row of the Ray Dataset `data`; the result is materialised in the object store."""
     import ray.data
 
-    filesystem, path = storage.pyarrow_filesystem(data_path)
-    return (
-        ray.data.read_parquet(path, filesystem=filesystem)
-        .map_batches(
-            QCNNPredictor,
-            fn_constructor_kwargs={"run": run},
-            batch_size=batch_size,
-            compute=ray.data.ActorPoolStrategy(size=actors),
-            num_cpus=1,
-            runtime_env={"env_vars": runtime.worker_env(1)},
-        )
-        .materialize()
-    )
+    return data.map_batches(
+        Predictor,
+        fn_constructor_kwargs={"run": run},
+        batch_size=batch_size,
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=1,
+        runtime_env={"env_vars": runtime.worker_env(1)},
+    ).materialize()
 
 
 def without_bad_rows(predictions):
@@ -163,26 +166,57 @@ def write_predictions(predictions, run: str) -> str:
     return out
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    interrupts.say_on_interrupt("no predictions were completed; run the command again")
-    for location in filter(None, (args.run, args.data)):
-        storage.check_location(location)
-    run = storage.absolute(args.run)
-    data_path = storage.absolute(args.data) if args.data else storage.split_path(run, "test")
-    config = config_lib.of_run(run)
-    if not storage.exists(data_path):
-        raise UsageError(f"no data at {data_path}")
-    with cli.native_stderr_hidden(not args.verbose):
-        check_data(data_path, config.qubits)
-        load_trained_model(run)  # fail here, in one line, rather than inside an actor
-        runtime.connect(args.address, log_to_driver=args.verbose)
-        if not args.verbose:
-            import ray.data  # noqa: F401  (it sets its loggers' levels on import; its progress lines are INFO)
+def validation_rows(config: config_lib.Config, train: datasets.Source, validation: datasets.Source | None):
+    """A run's validation data as a Ray Dataset: its validation files, or the rows held out of
+    its training data."""
+    if validation is not None:
+        return datasets.read(validation)
+    return datasets.split(datasets.read(train), config.seed, config.test_fraction, validation=True)
 
-            logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+def scores(model, predictions) -> dict:
+    """The model's compiled loss and metrics over the predictions' `label` and `prediction` columns."""
+    import tensorflow as tf
+
+    table = predictions.select_columns(["label", "prediction"]).to_pandas()
+    width = (model.output_shape[1:] or (1,))[0]
+    labels, predicted = (
+        tf.constant(np.stack(table[column].to_numpy()).reshape(len(table), width), tf.float32)
+        for column in ("label", "prediction")
+    )
+    model.compiled_metrics.reset_state()
+    model.compiled_metrics.update_state(labels, predicted)
+    found = {"loss": float(model.compiled_loss(labels, predicted))}
+    return found | {metric.name: float(metric.result()) for metric in model.compiled_metrics.metrics}
+
+
+def infer(
+    run: str,
+    data: str | None = None,
+    actors: int = 1,
+    batch_size: int = 64,
+    address: str | None = None,
+    verbose: bool = False,
+) -> str:
+    """Predict every row of `data` (default: the run's validation data) with run `run`'s weights and
+    return the predictions folder: what the command and `qml_ray.predict` do. Bad input raises
+    UsageError before anything is written."""
+    for location in filter(None, (run, data)):
+        storage.check_location(location)
+    run = storage.absolute(run)
+    config = config_lib.of_run(run)
+    data = data and storage.absolute(data)
+    source = datasets.describe(data, needs_label=False) if data else None
+    splits = None if data else datasets.sources(config, run)
+    with cli.native_stderr_hidden(not verbose):
+        model = contract.build(config, contract.recorded(run))
+        if data:
+            check_data(data, source, model)
+        with_weights(model, run)  # fail here, in one line, rather than inside an actor
+        runtime.connect(address, log_to_driver=verbose)
+        runtime.quiet_ray_data(verbose)
         runtime.require_capacity(
-            args.actors + 1,
+            actors + 1,
             1,
             "inference actor(s) plus one CPU for Ray Data's reads",
             "lower --actors",
@@ -193,15 +227,20 @@ def main(argv=None) -> None:
             f"an inference actor's state vectors ({config.qubits} qubits)",
             "run inference on a cluster with more memory per node",
         )
-        predictions = predict(run, data_path, args.actors, args.batch_size)
+        rows = datasets.read(source) if data else validation_rows(config, *splits)
+        predictions = predictions_of(run, rows, actors, batch_size)
     predictions = without_bad_rows(predictions)
     out = write_predictions(predictions, run)
-    table = predictions.to_pandas()
-    print(f"predicted {len(table)} circuits with {args.actors} actor(s); predictions in {out}")
-    if "label" in table:
-        errors = table["prediction"] - table["label"]
-        accuracy = np.mean(np.where(table["prediction"] >= 0, 1.0, -1.0) == table["label"])
-        print(f"mse {np.mean(errors**2):.4f}  accuracy {accuracy:.3f}")
+    print(f"predicted {predictions.count()} circuits with {actors} actor(s); predictions in {out}", flush=True)
+    if "label" in predictions.columns():
+        print("  ".join(f"{key} {value:.4f}" for key, value in scores(model, predictions).items()), flush=True)
+    return out
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    interrupts.say_on_interrupt("no predictions were completed; run the command again")
+    infer(args.run, args.data, args.actors, args.batch_size, args.address, args.verbose)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray.config import Config
 from qml_ray.gradients import BlockAdjoint
 
 tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
@@ -42,8 +41,8 @@ CONV_PARAMS = 15
 POOL_PARAMS = 6
 
 
-def qubits_for(config: Config) -> list[cirq.GridQubit]:
-    return cirq.GridQubit.rect(1, config.qubits)
+def qubits_for(count: int) -> list[cirq.GridQubit]:
+    return cirq.GridQubit.rect(1, count)
 
 
 def cluster_state_circuit(qubits) -> cirq.Circuit:
@@ -115,12 +114,12 @@ def qcnn_circuit(qubits, layers: int) -> tuple[cirq.Circuit, list[cirq.GridQubit
     return circuit, active
 
 
-def differentiator(config: Config) -> tfq.differentiators.Differentiator:
-    """The quantum gradient the config names: qml_ray's block-fused adjoint, TFQ's Adjoint, or (auto)
-    the block method from BLOCK_FROM_QUBITS qubits, TFQ's below (both take milliseconds there)."""
-    chosen = config.differentiator
+def quantum_gradient(name: str, qubits: int) -> tfq.differentiators.Differentiator:
+    """The quantum gradient `name`d: qml_ray's block-fused adjoint, TFQ's Adjoint, or (auto) the
+    block method from BLOCK_FROM_QUBITS qubits, TFQ's below (both take milliseconds there)."""
+    chosen = name
     if chosen == "auto":
-        chosen = "block" if config.qubits >= BLOCK_FROM_QUBITS else "tfq"
+        chosen = "block" if qubits >= BLOCK_FROM_QUBITS else "tfq"
     return BlockAdjoint() if chosen == "block" else tfq.differentiators.Adjoint()
 
 
@@ -130,21 +129,30 @@ def sign_agreement(y_true, y_pred):
     return tf.cast(tf.equal(tf.reshape(y_true, [-1]), tf.reshape(predicted, [-1])), tf.float32)
 
 
-def build_model(config: Config) -> tf.keras.Model:
-    """The hybrid QCNN, compiled with MSE, Adam and sign accuracy. Call inside a strategy scope."""
-    tf.keras.utils.set_random_seed(config.seed)
-    qubits = qubits_for(config)
-    model_circuit, readout_qubits = qcnn_circuit(qubits, config.layers)
+def qcnn(
+    qubits: int = 8,
+    layers: int = 1,
+    hidden_activation: str = "linear",
+    differentiator: str = "auto",
+    learning_rate: float = 0.02,
+    seed: int = 0,
+) -> tf.keras.Model:
+    """The hybrid QCNN, compiled with MSE, Adam and sign accuracy: qml_ray's default model function
+    (its parameters are config keys of the same names). Call inside a strategy scope."""
+    tf.keras.utils.set_random_seed(seed)
+    gradient = quantum_gradient(differentiator, qubits)
+    qubits = qubits_for(qubits)
+    model_circuit, readout_qubits = qcnn_circuit(qubits, layers)
     excitations = tf.keras.Input(shape=(), dtype=tf.string, name="circuit")
     prepared = tfq.layers.AddCircuit()(excitations, prepend=cluster_state_circuit(qubits))
-    readouts = tfq.layers.PQC(
-        model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn", differentiator=differentiator(config)
-    )(prepared)
-    hidden = tf.keras.layers.Dense(8, activation=config.hidden_activation, name="dense_hidden")(readouts)
+    readouts = tfq.layers.PQC(model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn", differentiator=gradient)(
+        prepared
+    )
+    hidden = tf.keras.layers.Dense(8, activation=hidden_activation, name="dense_hidden")(readouts)
     output = tf.keras.layers.Dense(1, name="dense_output")(hidden)
     model = HybridQCNN(excitations, output, readouts)
     model.compile(
-        optimizer=tf.keras.optimizers.Adam(learning_rate=config.learning_rate),
+        optimizer=tf.keras.optimizers.Adam(learning_rate=learning_rate),
         loss=tf.keras.losses.MeanSquaredError(),
         metrics=[tf.keras.metrics.MeanMetricWrapper(sign_agreement, name="accuracy")],
     )
@@ -153,7 +161,7 @@ def build_model(config: Config) -> tf.keras.Model:
 
 class HybridQCNN(tf.keras.Model):
     """The functional hybrid model. Its evaluation step also hands the callbacks each batch's QCNN
-    readouts (`readouts` in on_test_batch_end's logs), from the same forward pass: the readout
+    readouts (`qcnn_readout` in on_test_batch_end's logs), from the same forward pass: the readout
     histogram costs no simulation of its own. Step outputs are each worker's own
     (`distribute_reduction_method` "first"): Keras would otherwise sum them across workers."""
 
@@ -166,4 +174,4 @@ class HybridQCNN(tf.keras.Model):
         x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
         readouts, y_pred = self.with_readouts(x, training=False)
         self.compute_loss(x, y, y_pred, sample_weight)
-        return {**self.compute_metrics(x, y, y_pred, sample_weight), "readouts": readouts}
+        return {**self.compute_metrics(x, y, y_pred, sample_weight), "qcnn_readout": readouts}

@@ -64,6 +64,16 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     interrupts.install()  # again: ray.init sets a SIGTERM handler of its own
 
 
+def quiet_ray_data(verbose: bool) -> None:
+    """Keep Ray Data's progress lines (INFO) off the console, unless `verbose`."""
+    if not verbose:
+        import logging
+
+        import ray.data  # noqa: F401  (it sets its loggers' levels on import)
+
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
 def require_answer(address: str) -> None:
     """Fail within CONNECT_SECONDS, naming `address`, when nothing listens there (Ray itself
     would retry for minutes). Addresses Ray resolves itself (local, auto) pass."""

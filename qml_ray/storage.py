@@ -358,6 +358,15 @@ def remove(path: str) -> None:
     _gcs(delete, path)
 
 
+def remove_folder(folder: str) -> None:
+    """Delete `folder` and everything below it, if it exists."""
+    if not is_gcs(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for name in list_files(folder):
+        remove(join(folder, name))
+
+
 @contextlib.contextmanager
 def local_copy(folder: str):
     """A local folder holding the files below `folder` (the folder itself when local)."""

@@ -20,7 +20,7 @@ import ray
 import yaml
 from ray import tune
 
-from qml_ray import claims, cli, config as config_lib, interrupts, results, runtime, storage, train
+from qml_ray import claims, cli, config as config_lib, contract, interrupts, results, runtime, storage, train
 from qml_ray.errors import UsageError, one_line
 
 TUNE_DIR = "tune"  # Ray Tune's experiment state, within the sweep's folder
@@ -28,7 +28,8 @@ SPEC = "sweep.yaml"  # the sweep's trials and early stopping, checked on --resum
 DEFAULT_METRIC = "val_loss"
 # Keys that define a data set (data.generate reads these): trials sharing them share one.
 DATA_KEYS = ("qubits", "examples", "test_fraction", "seed")
-NOT_SWEPT = ("storage",)  # the sweep's folder holds its trials
+NOT_SWEPT = ("storage", "params")  # the sweep's folder holds its trials; params are swept one by one
+PARAM = "param."  # --grid param.NAME=...: a parameter of the model function
 # What a trial's driver (the Tune function that runs its Ray Train run) reserves: no CPU, so the
 # CPUs go to the trials' workers, and some memory, since Tune needs a resource to place it.
 DRIVER_RESOURCES = {"cpu": 0, "memory": 300 * 2**20}
@@ -56,7 +57,8 @@ def parse_args(argv=None):
         action="append",
         default=[],
         metavar="KEY=VALUE,VALUE,...",
-        help="a config key and the values to try (read as the config file reads them); repeat for more keys",
+        help="a config key, or param.NAME for a parameter of the model function, and the values to try "
+        "(read as the config file reads them); repeat for more keys",
     )
     sweep.add_argument(
         "--seeds",
@@ -95,11 +97,12 @@ def parse_grid(specs: list[str]) -> dict[str, list]:
     grid = {}
     for spec in specs:
         key, equals, values = spec.partition("=")
-        key = key.strip().replace("-", "_")
-        if not equals or not key:
+        key = key.strip()
+        key = key if key.startswith(PARAM) else key.replace("-", "_")
+        if not equals or not key or key == PARAM:
             raise UsageError(f"--grid takes KEY=VALUE,VALUE,..., got {spec!r}")
-        if key not in config_lib.FIELDS:
-            raise UsageError(f"--grid {spec}: unknown config key {key!r}")
+        if key not in config_lib.FIELDS and not key.startswith(PARAM):
+            raise UsageError(f"--grid {spec}: unknown config key {key!r} (a model parameter is param.NAME)")
         if key in NOT_SWEPT:
             raise UsageError(f"--grid {spec}: {key} cannot be swept (the sweep's folder holds its trials)")
         if key in grid:
@@ -131,16 +134,27 @@ def plan(args) -> tuple[str, list[Trial]]:
     for values in itertools.product(*grid.values(), *seeds.values()):
         changes = dict(zip([*grid, *seeds], values))
         try:
-            config = config_lib.from_mapping({**config_lib.asdict(base), **changes, "storage": sweep})
+            config = trial_config(base, changes, sweep)
+            contract.check(config)
         except UsageError as err:
             shown = ", ".join(f"{key}={value}" for key, value in changes.items())
             raise UsageError(f"trial {shown}: {err}") from None
-        keys = {key: getattr(config, key) for key in changes}
+        keys = {
+            key: config.params[key[len(PARAM) :]] if key.startswith(PARAM) else getattr(config, key) for key in changes
+        }
         name = "-".join(f"{key}={_shown(value)}" for key, value in keys.items())
         trials.append(Trial(name, keys, config, storage.run_dir(sweep, name)))
     if len({trial.name for trial in trials}) < len(trials):
         raise UsageError("two --grid values give the same config value (e.g. 1 and 1.0): give each once")
     return sweep, trials
+
+
+def trial_config(base: config_lib.Config, changes: dict, sweep: str) -> config_lib.Config:
+    """The base config with a trial's values (param.NAME ones into params), stored in the sweep."""
+    keys = {key: value for key, value in changes.items() if not key.startswith(PARAM)}
+    params = {key[len(PARAM) :]: value for key, value in changes.items() if key.startswith(PARAM)}
+    values = config_lib.asdict(base)
+    return config_lib.from_mapping({**values, **keys, "params": {**values["params"], **params}, "storage": sweep})
 
 
 def _shown(value) -> str:
@@ -182,8 +196,9 @@ def side_by_side(trials: list[Trial], max_concurrent: int | None) -> int:
 
 
 def prepare(trials: list[Trial]) -> None:
-    """Each trial's config.yaml and data set; trials with the same data keys share one data set,
-    generated and written once (the others link to it), and what a resumed sweep has is kept."""
+    """Each trial's config.yaml and, for the QCNN's generated data, its data set; trials with the same
+    data keys share one data set, generated and written once (the others link to it), and what a
+    resumed sweep has is kept."""
     from qml_ray import data
 
     groups = itertools.groupby(
@@ -193,7 +208,7 @@ def prepare(trials: list[Trial]) -> None:
     for _, group in groups:
         source = None
         for trial in group:
-            if not storage.exists(storage.split_path(trial.run, "test")):
+            if not trial.config.data and not storage.exists(storage.split_path(trial.run, "test")):
                 if source is None:
                     data.write(trial.config, trial.run)
                 else:
@@ -213,7 +228,7 @@ def run_trial(params: dict) -> None:
     config, run = config_lib.from_mapping(trial["config"]), trial["run"]
     if train.published_epochs(run) >= config.epochs:
         return
-    result = train.fit(config, run, callbacks=[TuneReportCallback()])
+    result = train.fit(config, run, train.prepare_data(config, run), callbacks=[TuneReportCallback()])
     train.publish_weights(result.checkpoint, run)
 
 
@@ -304,6 +319,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     sweep, trials = plan(args)
     storage.check_reachable(sweep)
+    train.check_data(trials[0].config, trials[0].run, resume=False)
     with claims.claimed(sweep, "sweep") as found:
         interrupts.say_on_interrupt(f"continue with --name {posixpath.basename(sweep)} --resume")
         run_sweep(args, sweep, trials, found)

@@ -1,8 +1,8 @@
-"""`python -m qml_ray.train`: train the QCNN with Ray Train across --workers workers.
+"""`python -m qml_ray.train` and `qml_ray.fit`: train a model with Ray Train across --workers workers.
 
-The run folder (<storage>/<name>/) gets config.yaml and the data set first, then Ray
-Train checkpoints, the metrics history and TensorBoard logs as training goes, and the
-final weights once it is done.
+The run folder (<storage>/<name>/) gets config.yaml and the record of its data (data.json, and
+the QCNN's generated data set when it names no `data`) first, then Ray Train checkpoints, the
+metrics history and TensorBoard logs as training goes, and the final weights once it is done.
 """
 
 import json
@@ -12,8 +12,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from qml_ray import checkpoints, claims, cli, config as config_lib, interrupts, runtime, storage
+from qml_ray import checkpoints, claims, cli, config as config_lib, contract, datasets, interrupts, runtime, storage
 from qml_ray.errors import UsageError, one_line
 
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
@@ -21,13 +23,41 @@ START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 TRAIN_METRICS_ENV = "RAY_TRAIN_METRICS_ENABLED"
 MIN_REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own default wait for a worker group to start
 # Keys that define a run's data set and model: a resumed run must keep them.
-FIXED_ON_RESUME = ("qubits", "layers", "examples", "test_fraction", "seed", "hidden_activation")
+FIXED_ON_RESUME = (
+    "model",
+    "params",
+    "data",
+    "validation_data",
+    "qubits",
+    "layers",
+    "examples",
+    "test_fraction",
+    "seed",
+    "hidden_activation",
+)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What a training gives back: the run folder and the final epoch's metrics."""
+
+    run: str
+    metrics: dict
+
+
+class TrainingFailed(Exception):
+    """Training of `run` stopped for good (the message is one line); its checkpoints are kept."""
+
+    def __init__(self, message: str, run: str):
+        super().__init__(message)
+        self.run = run
 
 
 def parse_args(argv=None):
     parser = cli.ArgumentParser(
         prog="python -m qml_ray.train",
-        description="Train the hybrid QCNN on Ray (Ray Train TensorflowTrainer + MultiWorkerMirroredStrategy).",
+        description="Train a TensorFlow Quantum model (by default the QCNN) on Ray: Ray Train workers under "
+        "MultiWorkerMirroredStrategy, fed by Ray Data.",
     )
     cli.add_config_flags(parser)
     parser.add_argument("--name", help="run name (default: a timestamp); the run folder is <storage>/<name>")
@@ -42,21 +72,19 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def locate_run(args) -> tuple[config_lib.Config, str]:
-    """The config the file and flags ask for, and the run folder."""
-    requested = cli.config_from_args(args)
+def locate_run(requested: config_lib.Config, name: str | None, resume: bool) -> str:
+    """The run folder of `name` (default: a timestamp) in `requested`'s storage."""
     storage.check_reachable(requested.storage)
-    if args.resume and not args.name:
+    if resume and not name:
         raise UsageError("--resume needs the --name of the run to continue")
-    return requested, storage.run_dir(
-        requested.storage, time.strftime("%Y%m%d-%H%M%S") if args.name is None else args.name
-    )
+    return storage.run_dir(requested.storage, time.strftime("%Y%m%d-%H%M%S") if name is None else name)
 
 
-def resolve_run(args, requested: config_lib.Config, run: str, found: bool) -> tuple[config_lib.Config, bool]:
+def resolve_run(requested: config_lib.Config, run: str, resume: bool, found: bool) -> tuple[config_lib.Config, bool]:
     """The config to train with, and whether training continues the stored run (claimed by this
-    command; `found`: it was there before)."""
-    if not args.resume:
+    command; `found`: it was there before). Resuming, the stored config is taken with `requested`'s
+    keys that differ from the defaults."""
+    if not resume:
         if found:
             raise UsageError(f"run folder {run} already exists: choose another --name, or add --resume")
         return requested, False
@@ -69,11 +97,11 @@ def resolve_run(args, requested: config_lib.Config, run: str, found: bool) -> tu
             f"{storage.CHECKPOINTS}/, and Ray Train would start it over; resume it with that version, "
             "or start a new run"
         )
-    stored = config_lib.of_run(run)
-    resumed = (
-        requested if args.config else config_lib.from_mapping({**config_lib.asdict(stored), **cli.overrides(args)})
-    )
-    changed = [key for key in FIXED_ON_RESUME if getattr(resumed, key) != getattr(stored, key)]
+    stored = config_lib.asdict(config_lib.of_run(run))
+    defaults = config_lib.asdict(config_lib.Config())
+    given = {key: value for key, value in config_lib.asdict(requested).items() if value != defaults[key]}
+    resumed = config_lib.from_mapping({**stored, **given})
+    changed = [key for key in FIXED_ON_RESUME if getattr(resumed, key) != stored[key]]
     if changed:
         raise UsageError(f"cannot resume {run} with another {', '.join(changed)}: they define its data and model")
     checkpoints.newest_whole(run, say=lambda line: print(line, flush=True))  # fails when none is whole
@@ -88,25 +116,70 @@ def published_epochs(run: str) -> int:
     return json.loads(storage.read_text(storage.join(weights, storage.STATE_FILE)))["epoch"]
 
 
-def prepare_run(config: config_lib.Config, run: str, resume: bool) -> None:
-    """Write the resolved config, and on a new run first the data set every worker will read."""
-    if not resume:
-        from qml_ray import data
-
-        data.write(config, run)
-    storage.write_text(storage.join(run, storage.CONFIG), config.to_yaml())
-
-
 def replacement_wait(config: config_lib.Config) -> float:
     """Seconds Ray Train waits, after losing workers, for the cluster to place them all again."""
     return max(config.capacity_timeout, MIN_REPLACEMENT_WAIT_SECONDS)
 
 
-def fit(config: config_lib.Config, run: str, callbacks=(), console=None, new_run=False):
+@dataclass(frozen=True)
+class RunData:
+    """What the workers train on: the Ray Datasets of the splits, their rows, the labels' width."""
+
+    datasets: dict
+    rows: dict
+    label_width: int
+
+
+def check_data(config: config_lib.Config, run: str, resume: bool) -> None:
+    """In the driver, before anything is written: the user's data (not the QCNN's generated set)
+    is readable Parquet of circuits and labels, and, resuming, the data the run started on."""
+    if not config.data:
+        return
+    train, validation = datasets.sources(config, run)
+    recorded = datasets.read_manifest(run) if resume else None
+    if recorded:
+        datasets.require_unchanged(run, recorded, train, validation)
+
+
+def prepare_data(config: config_lib.Config, run: str, model: Callable | None = None) -> RunData:
+    """Write what a new run records (the QCNN's generated data set, config.yaml, data.json, and a
+    model function given as a callable), or read it back for a resumed run; the splits' Datasets."""
+    new = not storage.exists(storage.join(run, datasets.MANIFEST))
+    if not config.data and not storage.exists(storage.split_path(run, "test")):
+        generate_data(config, run)
+    train, validation = datasets.sources(config, run)
+    found, rows = datasets.for_training(config, train, validation)
+    for split, count in rows.items():
+        if count < config.workers:
+            raise UsageError(f"the {split} data has {count} row(s), fewer than the {config.workers} workers")
+    if new:
+        if model is not None:
+            contract.record(run, model)
+        datasets.write_manifest(run, datasets.manifest(config, train, validation, rows))
+    storage.write_text(storage.join(run, storage.CONFIG), config.to_yaml())
+    return RunData(found, rows, train.label_width)
+
+
+def generate_data(config: config_lib.Config, run: str) -> None:
+    """The QCNN's excitation data set, drawn and written by a Ray task (drawing needs TFQ, which
+    this process does not import)."""
+    import ray
+
+    write = ray.remote(_write_generated).options(num_cpus=1, runtime_env={"env_vars": runtime.worker_env(1)})
+    ray.get(write.remote(config, run))
+
+
+def _write_generated(config: config_lib.Config, run: str) -> None:
+    from qml_ray import data
+
+    data.write(config, run)
+
+
+def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), console=None, model=None):
     """Run the Ray Train job, named after the run; Ray Train resumes from the run's checkpoints
     (<run>/checkpoints/, listed in <run>/checkpoint_manager_snapshot.json) when it holds any.
-    Rank 0 says its lines to `console` (a console.Console), if given, else to its log; the
-    workers of a `new_run` first have rank 0 write its data set and config (prepare_run).
+    Rank 0 says its lines to `console` (a console.Console), if given, else to its log. `model`:
+    the model function as a callable (default: the config's MODULE:FUNCTION).
 
     A lost worker (or its node) restarts the whole worker group from the latest checkpoint,
     up to `max_failures` times. If the cluster cannot place every worker again within
@@ -131,7 +204,15 @@ def fit(config: config_lib.Config, run: str, callbacks=(), console=None, new_run
     trainer = DataParallelTrainer(  # Ray's TensorflowTrainer, less its import of TensorFlow (tf_backend.py)
         train_worker,
         backend_config=TFConfig(),
-        train_loop_config={"config": config_lib.asdict(config), "run": run, "console": console, "new_run": new_run},
+        train_loop_config={
+            "config": config_lib.asdict(config),
+            "run": run,
+            "console": console,
+            "rows": inputs.rows,
+            "label_width": inputs.label_width,
+            "model": model and contract.pickled(model),
+        },
+        datasets=inputs.datasets,
         scaling_config=ScalingConfig(num_workers=config.workers, resources_per_worker={"CPU": config.cpus_per_worker}),
         run_config=RunConfig(
             name=posixpath.basename(path),  # the run's name, under which the dashboard shows it
@@ -143,15 +224,19 @@ def fit(config: config_lib.Config, run: str, callbacks=(), console=None, new_run
             worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker, config.size_thread_pools)},
         ),
     )
-    return trainer.fit()
+    result = trainer.fit()
+    if error := (result.metrics or {}).get("error"):
+        raise contract.ModelError(error)
+    return result
 
 
-def warn_idle_threads(config: config_lib.Config) -> None:
-    """One line on stderr when the config's steps leave over 10% of a worker's threads idle (only
-    when its thread pools are sized to its CPUs: else the node's cores decide)."""
+def warn_idle_threads(config: config_lib.Config, train_rows: int | None = None) -> None:
+    """One line on stderr when the config's steps over `train_rows` training rows (default: the
+    generated data set's) leave over 10% of a worker's threads idle (only when its thread pools
+    are sized to its CPUs: else the node's cores decide)."""
     if not config.size_thread_pools:
         return
-    train = config_lib.split_sizes(config)[0]
+    train = config_lib.split_sizes(config)[0] if train_rows is None else train_rows
     if warning := runtime.thread_rounds_warning(train, config.workers, config.batch_size, config.cpus_per_worker):
         print(warning, file=sys.stderr, flush=True)
 
@@ -178,17 +263,34 @@ def publish_weights(checkpoint, run: str) -> str:
     return weights
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    requested, run = locate_run(args)
+def train(
+    config: config_lib.Config,
+    name: str | None = None,
+    resume: bool = False,
+    address: str | None = None,
+    verbose: bool = False,
+    model: Callable | None = None,
+) -> Trained:
+    """Train run `name` (see `python -m qml_ray.train --help`): what the command and `qml_ray.fit`
+    do. Bad input raises UsageError before anything is written; a training that fails for good,
+    TrainingFailed (its checkpoints kept)."""
+    if model is not None:
+        config = config.replace(model=contract.name_of(model))
+    locations = {
+        key: storage.absolute(getattr(config, key)) for key in ("data", "validation_data") if getattr(config, key)
+    }
+    config = config.replace(**locations)
+    run = locate_run(config, name, resume)
     with claims.claimed(run, "run") as found:
         interrupts.say_on_interrupt(f"continue with --name {posixpath.basename(run)} --resume")
-        config, resuming = resolve_run(args, requested, run, found)
-        train_run(args, config, run, resuming)
+        config, resuming = resolve_run(config, run, resume, found)
+        return train_claimed(config, run, resuming, address, verbose, model)
 
 
-def train_run(args, config: config_lib.Config, run: str, resuming: bool) -> None:
-    """Train the claimed run: check the cluster, write the config (and data), train, publish the weights."""
+def train_claimed(
+    config: config_lib.Config, run: str, resuming: bool, address: str | None, verbose: bool, model: Callable | None
+) -> Trained:
+    """Train the run this command has claimed: check its data and the cluster, then train_in."""
     done = published_epochs(run) if resuming else 0
     if done >= config.epochs:  # e.g. a job retried after it finished
         print(
@@ -196,9 +298,12 @@ def train_run(args, config: config_lib.Config, run: str, resuming: bool) -> None
             f"{storage.join(run, storage.WEIGHTS)} (raise --epochs to train on)",
             flush=True,
         )
-        return
-    warn_idle_threads(config)
-    runtime.connect(args.address, log_to_driver=args.verbose)
+        return Trained(run, {})
+    model = model or contract.recorded(run)
+    contract.check(config, model)
+    check_data(config, run, resuming)
+    runtime.connect(address, log_to_driver=verbose)
+    runtime.quiet_ray_data(verbose)
     runtime.require_capacity(
         config.workers,
         config.cpus_per_worker,
@@ -213,27 +318,43 @@ def train_run(args, config: config_lib.Config, run: str, resuming: bool) -> None
     )
     storage.make_folder(run)
     print(f"run folder: {run}", flush=True)
-    if resuming:  # else rank 0 writes the data set, which needs TFQ: this process need not import it
-        prepare_run(config, run, resuming)
+    try:
+        return train_in(config, run, model)
+    except UsageError:
+        if not resuming:
+            storage.remove_folder(run)
+        raise
+
+
+def train_in(config: config_lib.Config, run: str, model: Callable | None) -> Trained:
+    """Train in run folder `run` (made, but for a resumed run empty) and publish its weights."""
     from ray.train import TrainingFailedError
 
     from qml_ray.console import Console
 
+    inputs = prepare_data(config, run, model)
+    warn_idle_threads(config, inputs.rows["train"])
     console = Console()
     try:
         with console.printing():
-            result = interrupts.waited(fit, config, run, console=console, new_run=not resuming)
+            result = interrupts.waited(fit, config, run, inputs, console=console, model=model)
     except TrainingFailedError as err:  # failed more than max_failures times, or lost capacity for good
-        print(f"error: {failure_message(err, config)}", file=sys.stderr)
-        print(f"the checkpoints are kept: continue with --name {os.path.basename(run)} --resume", file=sys.stderr)
-        sys.exit(1)
+        raise TrainingFailed(failure_message(err, config), run) from None
     weights = publish_weights(result.checkpoint, run)
-    metrics = result.metrics or {}
-    print(
-        f"trained {config.epochs} epochs on {config.workers} worker(s): "
-        f"val_accuracy {metrics.get('val_accuracy', float('nan')):.3f}; weights in {weights}",
-        flush=True,
-    )
+    metrics = {key: value for key, value in (result.metrics or {}).items() if key != "finished_at"}
+    shown = "  ".join(f"{key} {value:.3f}" for key, value in metrics.items() if key.startswith("val_"))
+    print(f"trained {config.epochs} epochs on {config.workers} worker(s): {shown}; weights in {weights}", flush=True)
+    return Trained(run, metrics)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    try:
+        train(cli.config_from_args(args), args.name, args.resume, args.address, args.verbose)
+    except TrainingFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        print(f"the checkpoints are kept: continue with --name {posixpath.basename(err.run)} --resume", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

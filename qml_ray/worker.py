@@ -1,171 +1,195 @@
-"""What each Ray Train worker runs: MultiWorkerMirroredStrategy training of the QCNN.
+"""What each Ray Train worker runs: MultiWorkerMirroredStrategy training of the run's model.
 
-Ray's TensorflowTrainer sets TF_CONFIG on every worker before this runs. Each worker
-trains on its own shard of the run's data set, reports every epoch to Ray Train and,
-every `checkpoint_every` epochs (and at the next step boundary when a node of the run is
-draining), saves weights, optimizer state, the metrics history and the TensorBoard logs as a
-Ray Train checkpoint (the per-epoch work: callbacks.py).
+Ray Train sets TF_CONFIG on every worker before this runs (tf_backend.py) and hands each worker
+its shard of the run's Ray Datasets. The worker builds the model (the model contract,
+contract.py), fits it on its shard with the run's callbacks (callbacks.py: the epoch lines,
+metrics.csv, TensorBoard, reports and checkpoints to Ray Train) and, when it restarts, continues
+from the latest checkpoint.
 
-TensorFlow is imported inside the functions: Ray Train's controller imports this module
-to unpickle `train_worker`, and has no use for TensorFlow.
+TensorFlow is imported inside the functions: Ray Train's controller imports this module to
+unpickle `train_worker`, and has no use for TensorFlow.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-import math
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import ray.train
 
-from qml_ray import runtime, storage
+from qml_ray import contract, storage
 from qml_ray.checkpoints import whole
 from qml_ray.config import Config
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
+SHUFFLE_ROWS = 10_000  # a worker shuffles its shard's rows within a buffer of this many (at least a batch)
+
+
+@dataclass
+class Inputs:
+    """A replica's data: makers of its own training and validation batches (a tf.data Dataset of
+    one pass, made anew for every epoch), the steps of one pass over each, and the circuits one
+    epoch trains on (all workers together)."""
+
+    train: Callable[[], tf.data.Dataset]
+    validation: Callable[[], tf.data.Dataset]
+    steps: int
+    validation_steps: int
+    train_circuits: int
+
 
 def train_worker(params: dict) -> None:
-    """Ray Train's train_loop_per_worker; rank 0's lines go to the command's console.Console,
-    if it gave one (else to this worker's log)."""
+    """Ray Train's train_loop_per_worker. A model that breaks the contract (every rank finds the same)
+    is reported as {"error": ...} and ends the training; the command says it in one line."""
     import tensorflow as tf
 
     config, run, console = Config(**params["config"]), params["run"], params.get("console")
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     context = ray.train.get_context()
-    if params.get("new_run"):  # rank 0 writes the data set (drawing it needs TFQ) and config, once
-        from ray.train.collective import barrier
-
-        from qml_ray.train import prepare_run
-
-        if context.get_world_rank() == 0 and not storage.exists(storage.join(run, storage.CONFIG)):
-            prepare_run(config, run, resume=False)
-        barrier()
+    rows, width = params["rows"], params["label_width"]
+    inputs = from_shards(config, rows, width, context.get_world_rank(), context.get_world_size())
     from qml_ray.console import problems_told
 
-    with problems_told(console, run):
-        train_replica(
-            config,
-            run,
-            strategy,
-            context.get_world_rank(),
-            context.get_world_size(),
-            ray.train.get_checkpoint(),
-            ray_train=True,
-            local_rank=context.get_local_rank(),
-            say=console.say if console else print,
-        )
+    try:
+        with problems_told(console, run):  # a full disk, say: the command stops, naming it
+            train_replica(
+                config,
+                run,
+                strategy,
+                inputs,
+                context.get_world_rank(),
+                width,
+                checkpoint=ray.train.get_checkpoint(),
+                ray_train=True,
+                local_rank=context.get_local_rank(),
+                model=params["model"] and contract.unpickled(params["model"]),
+                say=console.say if console else print,
+            )
+    except contract.ModelError as err:
+        ray.train.report({"error": str(err)})
+
+
+def from_shards(config: Config, rows: dict, label_width: int, rank: int, world_size: int) -> Inputs:
+    """This worker's shards of the run's Ray Datasets. Ray Train splits each into equal shards
+    (a split's last rows_count % workers rows sit out), so every worker runs the same steps; every
+    worker starts each pass over a split together with the others, as Ray Data's split needs."""
+    per_worker = {split: count // world_size for split, count in rows.items()}
+    train, validation = (ray.train.get_dataset_shard(split) for split in ("train", "validation"))
+    passes = itertools.count()
+    return Inputs(
+        lambda: tf_batches(
+            train, config.batch_size, label_width, per_worker["train"], config.seed + rank + 7919 * next(passes)
+        ),
+        lambda: tf_batches(validation, config.batch_size, label_width),
+        steps=-(-per_worker["train"] // config.batch_size),
+        validation_steps=-(-per_worker["validation"] // config.batch_size),
+        train_circuits=per_worker["train"] * world_size,
+    )
+
+
+def tf_batches(shard, batch_size: int, label_width: int, rows: int = 0, shuffle_seed: int | None = None):
+    """One pass of (circuit, label) batches over a Ray Data shard, shuffled within a buffer when a
+    seed is given."""
+    import tensorflow as tf
+
+    shuffle = {}
+    if shuffle_seed is not None:
+        shuffle = {
+            "local_shuffle_buffer_size": max(batch_size, min(rows, SHUFFLE_ROWS)),
+            "local_shuffle_seed": shuffle_seed,
+        }
+
+    def batches():
+        for batch in shard.iter_batches(batch_size=batch_size, batch_format="numpy", **shuffle):
+            yield batch["circuit"].astype(object), labels(batch["label"], label_width)
+
+    spec = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None, label_width], tf.float32))
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=spec)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF  # Ray shards
+    return dataset.with_options(options)
+
+
+def labels(column: np.ndarray, width: int) -> np.ndarray:
+    """A batch's labels as a (rows, width) float32 array (a list column arrives as arrays of rows)."""
+    rows = np.stack(column) if column.dtype == object else column
+    return np.asarray(rows, np.float32).reshape(len(column), width)
 
 
 def train_replica(
     config: Config,
     run: str,
     strategy: tf.distribute.Strategy,
+    inputs: Inputs,
     rank: int,
-    world_size: int,
+    label_width: int,
     checkpoint: ray.train.Checkpoint | None = None,
     ray_train: bool = False,
     local_rank: int = 0,
+    model: str | Callable | None = None,
     say: Callable[[str], None] = print,
 ) -> None:
-    """Train this replica on its shard of the run's data, from `checkpoint` if given.
+    """Train this replica on `inputs`, from `checkpoint` if given.
 
     Every runtime shares this: Ray Train workers (`ray_train`: report each epoch and save
     checkpoints), and the benchmark's plain TF_CONFIG processes and single process. Create
     `strategy` before calling: importing TFQ starts TensorFlow's runtime, after which a
-    MultiWorkerMirroredStrategy can no longer be set up. `local_rank` (this worker's index on
-    its node) offsets the profiler server's port. Rank 0 hands its console lines to `say`."""
+    MultiWorkerMirroredStrategy can no longer be set up. `model`: the model function (default: the
+    config's). `local_rank` (this worker's index on its node) offsets the profiler server's port.
+    Rank 0 hands its console lines to `say`."""
     import tensorflow as tf
 
-    from qml_ray.callbacks import (
-        ConsoleLine,
-        EpochClock,
-        MetricsHistory,
-        ProgressLine,
-        RayMetrics,
-        RayReport,
-        RunLogs,
-        StepProfiler,
-        TensorBoardLog,
-        Timings,
-    )
+    from qml_ray.callbacks import for_replica
 
     tf.get_logger().setLevel("ERROR")
     if config.profiler_port:
         tf.profiler.experimental.server.start(config.profiler_port + local_rank)
-    from qml_ray import data
-    from qml_ray.model import build_model
-
-    train_table, test_table = data.read(run, "train"), data.read(run, "test")
-
-    def distribute(table, shuffle_seed=None):
-        """This worker's shard, repeated, as its per-replica input, and the steps for one pass.
-
-        Every worker runs the same number of steps: that of the largest shard. Where shard
-        sizes differ by one, the smaller shards start their next pass a batch early."""
-        shard = data.shard(table, rank, world_size)
-        dataset = data.to_tf_dataset(shard, config.batch_size, shuffle_seed).repeat()
-        steps = math.ceil(math.ceil(table.num_rows / world_size) / config.batch_size)
-        return strategy.distribute_datasets_from_function(lambda _: dataset), steps
-
-    train_set, train_steps = distribute(train_table, shuffle_seed=config.seed + rank)
-    test_set, test_steps = distribute(test_table)
     with strategy.scope():
-        model = build_model(config)
-        model.optimizer.build(model.trainable_variables)  # so a checkpoint's slots restore now
+        built = contract.build(config, model)
+        require_outputs(built, label_width, config)
+        built.optimizer.build(built.trainable_variables)  # so a checkpoint's slots restore now
     summaries_dir = tempfile.mkdtemp(prefix="tensorboard-") if rank == 0 else None
-    done, step, rows = restore(model, checkpoint, summaries_dir)
+    done, step, rows = restore(built, checkpoint, summaries_dir)
     if rank == 0 and checkpoint is not None:  # a restart, or a resumed run
         say(f"continuing from the checkpoint of epoch {done}")
+    callbacks = for_replica(config, run, rank, inputs, rows, summaries_dir, ray_train, say)
 
-    clock = EpochClock()
-    history = MetricsHistory(rows, clock, train_table.num_rows, train_steps)
-    callbacks = [clock, history]  # in this order: each callback reads what those before it recorded
-    if rank == 0:
-        callbacks += [
-            ProgressLine(config.epochs, train_steps, train_table.num_rows, say=say),
-            ConsoleLine(history, config.epochs, say),
-            TensorBoardLog(history, summaries_dir, data.shard(test_table, rank, world_size).num_rows),
-            RunLogs(history, run, summaries_dir),
-        ]
-    if ray_train:
-        callbacks.append(RayReport(history, config, summaries_dir, train_steps))
-    if ray_train and rank == 0:
-        callbacks.append(RayMetrics(history, os.path.basename(run)))
-    profile_steps = config.profile_range()
-    if rank == 0 and profile_steps:
-        callbacks.insert(0, StepProfiler(profile_steps, summaries_dir, say))  # done before the logs publish
-    if ray_train and (hold := os.environ.get(runtime.HOLD_ENV)):
-        from qml_ray.hold import HoldAtStep
+    def distributed(make: Callable[[], tf.data.Dataset]):
+        """Each worker's batches as its replica's own: no rebatching into a global batch."""
+        return strategy.distribute_datasets_from_function(lambda _: make())
 
-        callbacks.insert(0, HoldAtStep(hold))  # before RayReport, which checkpoints a drain seen there
-    if timings := os.environ.get(runtime.TIMINGS_ENV):
-        callbacks.append(Timings(os.path.join(timings, f"rank-{rank}.json")))
-
-    def fit(steps: int, first_epoch: int, end_epoch: int) -> None:
-        model.fit(
-            train_set,
-            steps_per_epoch=steps,
-            validation_data=test_set,
-            validation_steps=test_steps,
-            epochs=end_epoch,
-            initial_epoch=first_epoch,
+    if step and rank == 0:  # a checkpoint taken mid-epoch, on a drain notice: that epoch's remaining steps first
+        say(f"resuming epoch {done + 1} at step {step + 1} of {inputs.steps} (a node drained)")
+    for epoch in range(done, config.epochs):  # one fit per epoch: each pass over the data starts afresh
+        built.fit(
+            distributed(inputs.train),
+            steps_per_epoch=inputs.steps - (step if epoch == done else 0),
+            validation_data=distributed(inputs.validation),
+            validation_steps=inputs.validation_steps,
+            epochs=epoch + 1,
+            initial_epoch=epoch,
             callbacks=callbacks,
             verbose=0,
         )
 
-    if step:  # a checkpoint taken mid-epoch, on a drain notice: that epoch's remaining steps first
-        if rank == 0:
-            say(f"resuming epoch {done + 1} at step {step + 1} of {train_steps} (a node drained)")
-        fit(train_steps - step, done, done + 1)
-        done += 1
-    if done < config.epochs:
-        fit(train_steps, done, config.epochs)
+
+def require_outputs(model: tf.keras.Model, label_width: int, config: Config) -> None:
+    """A ModelError unless the model has one output of `label_width` values per circuit."""
+    shape = model.output_shape
+    if not isinstance(shape, tuple) or (shape[1:] or (1,)) != (label_width,):
+        raise contract.ModelError(
+            f"the model of {config.model} outputs {shape} per batch, but the data's labels hold "
+            f"{label_width} value(s) per circuit: its output must be (None, {label_width})"
+        )
 
 
 def restore(

@@ -67,6 +67,79 @@ def trained_run(tmp_path_factory) -> TrainedRun:
     return TrainedRun(storage / "tutorial", done.stdout + done.stderr)
 
 
+FILES = 50  # the data set's Parquet files
+ROWS_PER_FILE = 4
+
+# The user's module: a one-qubit regression, whose training step can note the circuits each
+# worker trains on (one file per rank, a line per circuit).
+MODULE = """
+import hashlib
+import json
+import os
+
+import cirq
+import sympy
+import tensorflow as tf
+import tensorflow_quantum as tfq
+
+
+class Noting(tf.keras.Model):
+    folder = ""
+
+    def train_step(self, data):
+        if self.folder:
+            tf.py_function(self.note, [data[0]], [])
+        return super().train_step(data)
+
+    def note(self, circuits):
+        rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        with open(os.path.join(self.folder, f"rank-{rank}.txt"), "a") as f:
+            f.writelines(hashlib.sha1(c).hexdigest() + "\\n" for c in circuits.numpy())
+
+
+def build(learning_rate=0.1, seed=0, notes=""):
+    tf.keras.utils.set_random_seed(seed)
+    qubit = cirq.GridQubit(0, 0)
+    circuits = tf.keras.Input(shape=(), dtype=tf.string)
+    readout = tfq.layers.PQC(cirq.Circuit(cirq.ry(sympy.Symbol("w"))(qubit)), cirq.Z(qubit))(circuits)
+    model = Noting(circuits, tf.keras.layers.Dense(1)(readout))
+    model.folder = notes
+    model.compile(tf.keras.optimizers.Adam(learning_rate), loss="mse")
+    return model
+"""
+
+
+@pytest.fixture(scope="session")
+def user_project(tmp_path_factory) -> Path:
+    """A working folder with the user's module (mymodel.py) and data/, FILES Parquet files of
+    rx(angle) circuits labelled cos(angle), with an id."""
+    import textwrap
+
+    import cirq
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import tensorflow_quantum as tfq
+
+    folder = tmp_path_factory.mktemp("project")
+    (folder / "mymodel.py").write_text(textwrap.dedent(MODULE))
+    (folder / "data").mkdir()
+    qubit = cirq.GridQubit(0, 0)
+    angles = np.random.default_rng(0).uniform(-np.pi, np.pi, FILES * ROWS_PER_FILE)
+    circuits = tfq.convert_to_tensor([cirq.Circuit(cirq.rx(a)(qubit)) for a in angles]).numpy()
+    for part in range(FILES):
+        rows = slice(part * ROWS_PER_FILE, (part + 1) * ROWS_PER_FILE)
+        table = pa.table(
+            {
+                "id": np.arange(FILES * ROWS_PER_FILE)[rows],
+                "circuit": pa.array(circuits[rows], pa.binary()),
+                "label": pa.array(np.cos(angles[rows]), pa.float32()),
+            }
+        )
+        pq.write_table(table, folder / "data" / f"part-{part:03d}.parquet")
+    return folder
+
+
 CLUSTER_SCRIPT = ROOT / "scripts" / "local_cluster.sh"
 
 
@@ -129,10 +202,12 @@ def ray_cli(env: dict, *args: str, check: bool = True) -> str:
     return done.stdout
 
 
-def submit(url: str, env: dict, *command: str, wait: bool = True, env_vars: dict | None = None) -> str:
-    """`ray job submit` a qml_ray command with the project as working dir (and `env_vars` set for
-    its driver), by default waiting for it to end; return the job id."""
-    job = ("job", "submit", "--address", url, "--working-dir", ROOT, *([] if wait else ["--no-wait"]))
+def submit(
+    url: str, env: dict, *command: str, wait: bool = True, working_dir: Path = ROOT, env_vars: dict | None = None
+) -> str:
+    """`ray job submit` a qml_ray command with `working_dir` (default: the project) as the job's
+    working dir (and `env_vars` set for its driver), by default waiting for it to end; return the job id."""
+    job = ("job", "submit", "--address", url, "--working-dir", working_dir, *([] if wait else ["--no-wait"]))
     driver_env = ("env", *(f"{key}={value}" for key, value in (env_vars or {}).items()))
     output = ray_cli(env, *job, "--", *driver_env, "python", "-m", *command)
     return re.search(r"Job '(raysubmit_\w+)' submitted successfully", output).group(1)

@@ -4,6 +4,7 @@ nothing written or changed anywhere (the whole temporary tree is compared before
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -42,7 +43,13 @@ def circuits(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("circuits")
     outside = tfq.convert_to_tensor([cirq.Circuit(cirq.X(cirq.GridQubit(0, 7)))]).numpy()[0]
+    labelled = tfq.convert_to_tensor([cirq.Circuit(cirq.X(cirq.GridQubit(0, i))) for i in range(4)]).numpy()
     tables = {
+        "labelled": {"circuit": pa.array(labelled), "label": pa.array([1.0, -1.0, 1.0, -1.0])},
+        "wide-labels": {
+            "circuit": pa.array(labelled),
+            "label": pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(12, np.float32)), 3),
+        },
         "no-circuit": {"id": pa.array([1, 2])},
         "int-circuit": {"circuit": pa.array([1, 2])},
         "garbage": {"circuit": pa.array([b"garbage"])},
@@ -78,7 +85,35 @@ def tree(tmp_path, circuits) -> dict:
         (paths["configs"] / f"{name}.yaml").write_text(text)
     (paths["configs"] / "binary.yaml").write_bytes(bytes(range(128, 256)))
     paths["work"].mkdir()
+    for module, text in USER_MODULES.items():
+        (paths["work"] / f"{module}.py").write_text(text)
     return {"tmp": tmp_path, **paths, "smoke": SMOKE}
+
+
+# The user's model modules in the working folder of every case.
+USER_MODULES = {
+    "mymodels": """
+import cirq
+import sympy
+import tensorflow as tf
+import tensorflow_quantum as tfq
+
+
+def tiny(depth=1):
+    qubit = cirq.GridQubit(0, 0)
+    circuits = tf.keras.Input(shape=(), dtype=tf.string)
+    readout = tfq.layers.PQC(cirq.Circuit(cirq.ry(sympy.Symbol("w"))(qubit)), cirq.Z(qubit))(circuits)
+    model = tf.keras.Model(circuits, tf.keras.layers.Dense(1)(readout))
+    model.compile("adam", loss="mse")
+    return model
+
+
+def not_a_model():
+    return 42
+""",
+    "broken": "def build(:\n",
+    "failing": "import a_package_nobody_installed\n\n\ndef build():\n    pass\n",
+}
 
 
 def mistake(command: str, *args, message: str, env: dict | None = None, id: str):
@@ -90,7 +125,37 @@ def mistake(command: str, *args, message: str, env: dict | None = None, id: str)
 TRAIN = ("train", "--config", "{smoke}", "--storage", "{tmp}/runs")
 SWEEP = ("sweep", "--config", "{smoke}", "--storage", "{tmp}/runs")
 CLI = "unrecognized arguments"
+MODEL = ("train", "--model", "mymodels:tiny", "--storage", "{tmp}/runs")
 MISTAKES = [
+    # train: the model and data contracts
+    mistake("train", "--model", "mymodels", message="model must be MODULE:FUNCTION", id="model-no-function"),
+    mistake("train", "--model", "nowhere:build", message="model module 'nowhere' not found", id="model-no-module"),
+    mistake(
+        "train",
+        "--model",
+        "broken:build",
+        message="cannot import model module 'broken': SyntaxError",
+        id="model-syntax",
+    ),
+    mistake("train", "--model", "mymodels:missing", message="has no function 'missing'", id="model-no-such-function"),
+    mistake(*MODEL, "--param", "width=3", message="takes no parameter 'width'", id="model-unknown-param"),
+    mistake(*MODEL, "--param", "depth", message="--param takes KEY=VALUE", id="param-without-value"),
+    mistake(*MODEL, "--param", "qubits=5", message="param 'qubits' is a config key", id="param-is-a-config-key"),
+    mistake(*MODEL, "--data", "{tmp}/none", message="no data at", id="data-missing"),
+    mistake(*MODEL, "--data", "{data}/text.parquet", message="as Parquet", id="data-not-parquet"),
+    mistake(*MODEL, "--data", "{data}/empty.parquet", message="has no rows", id="data-no-rows"),
+    mistake(*MODEL, "--data", "{data}/no-circuit.parquet", message="has no 'circuit' column", id="data-no-circuit"),
+    mistake(*MODEL, "--data", "{data}/other-qubits.parquet", message="has no 'label' column", id="data-no-label"),
+    mistake(*MODEL, "--validation-data", "{data}/labelled.parquet", message="needs data", id="validation-alone"),
+    mistake(
+        "sweep",
+        "--model",
+        "mymodels:tiny",
+        "--grid",
+        "param.width=1,2",
+        message="takes no parameter 'width'",
+        id="sweep-unknown-param",
+    ),
     # train: config values and flags
     mistake("train", "--qubits", "3", message="qubits must be at least 4", id="train-qubits-3"),
     mistake(*TRAIN, "--qubits", "39", message="qubits must be at most 38", id="train-qubits-beyond-any-machine"),
@@ -375,3 +440,37 @@ def test_error_text_is_one_bounded_line():
     assert one_line(ValueError("cannot\n  open\tfile")) == "cannot open file"
     long = one_line("x " * MAX_LINE)
     assert len(long) == MAX_LINE and long.endswith("...")
+
+
+@pytest.mark.parametrize(
+    "model, data, message",
+    [
+        ("mymodels:not_a_model", "labelled", "the model function mymodels:not_a_model returned int, not a tf.keras"),
+        ("mymodels:tiny", "wide-labels", "the data's labels hold 3 value(s) per circuit"),
+    ],
+)
+def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, model, data, message):
+    """What the driver cannot see without importing the model (and TensorFlow): the workers report
+    it, the command ends in one line, and the run it started is removed."""
+    (tree["tmp"] / "runs").mkdir()
+    before = snapshot(tree["tmp"])
+    data = tree["data"] / f"{data}.parquet"
+    options = ("--workers", 1, "--epochs", 1, "--storage", tree["tmp"] / "runs", "--name", "wrong")
+    done = run_command(
+        "train",
+        *("--model", model, "--data", data, "--validation-data", data, *options),
+        timeout=300,
+        env=command_env(PYTHONDONTWRITEBYTECODE="1"),
+        cwd=tree["work"],
+    )
+    assert_usage_error(done, message)
+    assert snapshot(tree["tmp"]) == before
+
+
+def test_a_model_module_that_fails_to_import_is_named_with_its_error(tree, monkeypatch):
+    from qml_ray import contract
+
+    monkeypatch.syspath_prepend(str(tree["work"]))
+    monkeypatch.setattr("sys.dont_write_bytecode", True)
+    with pytest.raises(contract.ModelError, match="cannot import model module 'failing': ModuleNotFoundError: No mod"):
+        contract.resolve("failing:build")

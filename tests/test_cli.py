@@ -26,7 +26,11 @@ CHANGED = {
     "size_thread_pools": False,
     "profile_steps": "2,4",
     "profiler_port": 9430,
+    "model": "mymodels:classifier",
+    "data": "/tmp/circuits.parquet",
+    "validation_data": "gs://bucket/validation",
 }
+PARAMS = {"readouts": 2, "entangler": "cz", "scale": 0.5, "deep": True}  # given as --param KEY=VALUE
 
 
 def parse(*argv: str) -> Config:
@@ -36,10 +40,17 @@ def parse(*argv: str) -> Config:
 
 
 def test_every_config_key_can_be_set_by_its_flag():
-    assert set(CHANGED) == set(FIELDS)
+    assert set(CHANGED) | {"params"} == set(FIELDS)
     assert all(value != FIELDS[key].default for key, value in CHANGED.items())
     argv = [text for key, value in CHANGED.items() for text in (cli.flag(key), str(value))]
-    assert config_lib.asdict(parse(*argv)) == CHANGED
+    argv += [text for key, value in PARAMS.items() for text in ("--param", f"{key}={value}")]
+    assert config_lib.asdict(parse(*argv)) == {**CHANGED, "params": PARAMS}
+
+
+def test_params_flags_go_over_the_config_files_params(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("params:\n  readouts: 1\n  entangler: cx\n")
+    assert parse("--config", str(path), "--param", "readouts=3").params == {"readouts": 3, "entangler": "cx"}
 
 
 def test_flags_override_the_config_file():
@@ -51,6 +62,7 @@ def test_help_says_what_every_config_key_means():
     done = run_command("train", "--help", timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     text = " ".join(done.stdout.split())  # argparse wraps the help
-    for key in FIELDS:
+    for key in set(FIELDS) - {"params"}:
         assert f"{cli.flag(key)} " in text
         assert " ".join(config_lib.doc(key).split()) in text, key
+    assert "--param KEY=VALUE" in text

@@ -204,6 +204,16 @@ def test_training_job_runs_the_config_it_was_rendered_from():
     assert service["spec"]["type"] == "ClusterIP"
 
 
+def test_training_job_carries_the_users_model_data_and_params():
+    options = ("--model", "mymodels:classifier", "--data", "gs://my-project-qml-ray/circuits", "--param", "depth=3")
+    path = "configs/smoke.yaml"
+    manifests = cluster.render(path, config_lib.load(ROOT / path), **DEFAULTS, train_options=options)
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in manifests}
+    assert docs["RayJob", "qcnn-train"]["spec"]["entrypoint"].endswith(
+        "--name qcnn --resume --model mymodels:classifier --data gs://my-project-qml-ray/circuits --param depth=3"
+    )
+
+
 def test_image_and_project_use_the_same_ray_and_python():
     dockerfile = (ROOT / "cluster" / "Dockerfile").read_text()
     assert f"FROM rayproject/ray:{ray.__version__}-py311-cpu" in dockerfile

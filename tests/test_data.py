@@ -1,11 +1,15 @@
 """The excitation data set: seeded, shared by every worker, sharded without overlap."""
 
+import hashlib
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from qml_ray import data, storage
+from qml_ray import config as config_lib, data, storage
 from qml_ray.config import Config
+
+from conftest import TUTORIAL
 
 CONFIG = Config(qubits=5, examples=101, seed=11)
 
@@ -35,10 +39,20 @@ def test_labels_follow_the_excitation_angle_and_splits_cover_all_examples():
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 7])
-def test_shards_partition_the_training_set(world_size):
+def test_shards_are_equal_and_disjoint(world_size):
+    """As Ray Train shards a Ray Dataset: equal shards, the last rows % world_size rows left out."""
     train = data.generate(CONFIG)["train"]
     shards = [data.shard(train, rank, world_size).column("id").to_pylist() for rank in range(world_size)]
     flat = [i for shard in shards for i in shard]
-    assert sorted(flat) == train.column("id").to_pylist()
-    assert len(flat) == len(set(flat))
-    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    assert len(flat) == len(set(flat)) == train.num_rows - train.num_rows % world_size
+    assert set(flat) <= set(train.column("id").to_pylist())
+    assert len({len(shard) for shard in shards}) == 1
+
+
+def test_the_tutorial_data_set_is_the_one_drawn_before_ray_data_fed_training():
+    """The same seed draws the same examples as qml_ray did when every worker read the whole set."""
+    digest = hashlib.sha256()
+    for table in data.generate(config_lib.load(TUTORIAL)).values():
+        for column in ("id", "circuit", "label", "angle", "qubit"):
+            digest.update(repr(table.column(column).to_pylist()).encode())
+    assert digest.hexdigest() == "848056bac2131da913e6ee11394dfa3cc7b4c866e7a7216cd433509c15f3bd87"

@@ -25,7 +25,7 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
     run = trained_run.path
     history = pd.read_csv(run / "metrics.csv")
     assert history["epoch"].tolist() == list(range(1, EPOCHS + 1))
-    assert history["val_accuracy"].iloc[-1] >= 0.75  # chance is 0.5
+    assert history["val_accuracy"].iloc[-1] >= 0.9  # chance is 0.5
     assert history["loss"].iloc[-1] < history["loss"].iloc[0]
     assert (history["circuits_per_second"] > 0).all() and (history["epoch_seconds"] > 0).all()
 
@@ -67,10 +67,10 @@ def test_inference_equals_in_process_prediction(trained_run):
     assert predicted["id"].tolist() == test.column("id").to_pylist()
     np.testing.assert_allclose(predicted["prediction"].to_numpy(), expected, atol=1e-5)
 
-    mse = float(np.mean((expected - test.column("label").to_numpy()) ** 2))
-    assert f"mse {mse:.4f}" in done.stdout
+    mse = float(np.mean((expected - test.column("label").to_numpy()) ** 2))  # the QCNN's loss
+    assert f"loss {mse:.4f}  accuracy " in done.stdout
     lines = (done.stdout + done.stderr).splitlines()  # its two lines, nothing of Ray's or TensorFlow's
-    assert [line.split()[0] for line in lines] == ["predicted", "mse"], lines
+    assert [line.split()[0] for line in lines] == ["predicted", "loss"], lines
 
 
 def test_resume_continues_the_epoch_counter(trained_run, tmp_path):

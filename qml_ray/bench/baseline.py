@@ -82,7 +82,8 @@ def work(run: str) -> None:
     """One worker: the strategy first (TF_CONFIG, if set, makes it a multi-worker one), then training."""
     import tensorflow as tf
 
-    from qml_ray.worker import train_replica
+    from qml_ray import data
+    from qml_ray.worker import Inputs, train_replica
 
     config = config_lib.of_run(run)
     spec = json.loads(os.environ.get("TF_CONFIG") or "null")
@@ -91,7 +92,15 @@ def work(run: str) -> None:
         rank, world_size = spec["task"]["index"], len(spec["cluster"]["worker"])
     else:
         strategy, rank, world_size = tf.distribute.get_strategy(), 0, 1
-    train_replica(config, run, strategy, rank, world_size, local_rank=rank)
+    train, validation = (data.shard(data.read(run, split), rank, world_size) for split in data.SPLITS)
+    inputs = Inputs(
+        train=lambda: data.to_tf_dataset(train, config.batch_size, config.seed + rank),
+        validation=lambda: data.to_tf_dataset(validation, config.batch_size),
+        steps=-(-train.num_rows // config.batch_size),
+        validation_steps=-(-validation.num_rows // config.batch_size),
+        train_circuits=train.num_rows * world_size,
+    )
+    train_replica(config, run, strategy, inputs, rank, label_width=1, local_rank=rank)
 
 
 def main(argv=None) -> None:
@@ -108,9 +117,10 @@ def main(argv=None) -> None:
     if storage.exists(run):
         raise UsageError(f"run folder {run} already exists: choose another --name")
     print(f"run folder: {run}", flush=True)
-    from qml_ray.train import prepare_run
+    from qml_ray import data
 
-    prepare_run(config, run, resume=False)
+    data.write(config, run)
+    storage.write_text(storage.join(run, storage.CONFIG), config.to_yaml())
     launch(config, run, distributed=not args.no_distribution)
     print(f"trained {config.epochs} epochs on {config.workers} baseline worker(s)", flush=True)
 

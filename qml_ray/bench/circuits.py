@@ -13,9 +13,8 @@ import time
 
 import tensorflow as tf
 
-from qml_ray import data
+from qml_ray import contract, data
 from qml_ray.config import Config
-from qml_ray.model import build_model
 
 # The original's headline: 23 qubits, 1000 examples, ~5 min/epoch on 32 nodes of 16 vCPUs,
 # ~4 h/epoch on one worker.
@@ -83,7 +82,7 @@ def probe(qubits: int, circuits: int, threads: int, min_seconds: float = 2.0) ->
     in_flight = min(threads, circuits)
     result = {"qubits": qubits, "circuits": circuits}
     for name in DIFFERENTIATORS:
-        model = build_model(config.replace(differentiator=name))
+        model = contract.build(config.replace(differentiator=name))
 
         def forward(inputs=batch, model=model):
             return model(inputs, training=False)

@@ -1,0 +1,131 @@
+"""A model and a data set of the user's own, outside the package: trained with the command and with
+qml_ray.fit, streamed to the workers by Ray Data in shards, then inferred; and the two examples."""
+
+import hashlib
+from pathlib import Path
+
+import cirq
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import tensorflow_quantum as tfq
+
+from qml_ray import datasets, storage
+
+from conftest import FILES, ROWS_PER_FILE, run_command
+
+SEED = 5  # the run's seed: which rows are held out for validation
+TEST_FRACTION = 0.25
+
+
+def circuit_hash(circuit: bytes) -> str:
+    return hashlib.sha1(circuit).hexdigest()
+
+
+def all_rows(project: Path) -> pd.DataFrame:
+    return pq.read_table(project / "data").to_pandas()
+
+
+def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp_path):
+    project = user_project
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    options = ("--data", "data", "--workers", 2, "--batch-size", 8, "--epochs", 1, "--seed", SEED)
+    done = run_command(
+        "train",
+        "--model",
+        "mymodel:build",
+        *options,
+        "--test-fraction",
+        TEST_FRACTION,
+        "--param",
+        f"notes={notes}",
+        "--storage",
+        tmp_path / "runs",
+        "--name",
+        "mine",
+        cwd=project,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = tmp_path / "runs" / "mine"
+
+    # Each worker trained on its own shard: disjoint, the same size, together every training row
+    # (but the last rows % 2), and never the whole data set.
+    rows = all_rows(project)
+    held_out = datasets.held_out(rows["circuit"], SEED, TEST_FRACTION)
+    training = {circuit_hash(c) for c in rows["circuit"][~held_out]}
+    shards = [(notes / f"rank-{rank}.txt").read_text().split() for rank in (0, 1)]
+    assert len(shards[0]) == len(shards[1]) == len(training) // 2
+    assert not set(shards[0]) & set(shards[1])
+    assert set(shards[0]) | set(shards[1]) <= training
+    assert all(len(shard) < len(rows) / 2 for shard in shards)
+
+    recorded = datasets.read_manifest(str(run))
+    assert len(recorded["train"]) == FILES and recorded["rows"]["train"] == len(training)
+    assert recorded["held_out"] == {"seed": SEED, "test_fraction": TEST_FRACTION}
+
+    # Resumed for two more epochs, then inferred over the held-out rows (the default) and a file.
+    done = run_command(
+        "train", "--storage", tmp_path / "runs", "--name", "mine", "--resume", "--epochs", 3, cwd=project
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    history = pd.read_csv(run / storage.HISTORY)
+    assert list(history["epoch"]) == [1, 2, 3] and history["loss"].iloc[-1] < history["loss"].iloc[0]
+    done = run_command("infer", "--run", run, cwd=project)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [out] = (run / storage.PREDICTIONS).iterdir()
+    predicted = pq.read_table(out).to_pandas()
+    assert sorted(predicted["id"]) == sorted(rows["id"][held_out])
+    assert predicted["prediction"].dtype == np.float32 and predicted["prediction"].notna().all()
+    assert done.stdout.splitlines()[-1].startswith("loss ")
+
+
+def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path):
+    project = user_project
+    import qml_ray
+
+    def tiny(learning_rate=0.1):
+        import sympy
+        import tensorflow as tf
+
+        qubit = cirq.GridQubit(0, 0)
+        circuits = tf.keras.Input(shape=(), dtype=tf.string)
+        readout = tfq.layers.PQC(cirq.Circuit(cirq.ry(sympy.Symbol("v"))(qubit)), cirq.Z(qubit))(circuits)
+        model = tf.keras.Model(circuits, tf.keras.layers.Dense(1)(readout))
+        model.compile(tf.keras.optimizers.Adam(learning_rate), loss="mse", metrics=["mae"])
+        return model
+
+    import ray
+
+    try:
+        trained = qml_ray.fit(
+            model=tiny, data=str(project / "data"), workers=2, epochs=2, storage=str(tmp_path), name="fitted"
+        )
+        assert trained.run == str(tmp_path / "fitted")
+        assert {"loss", "mae", "val_loss", "val_mae"} <= set(trained.metrics)
+        out = qml_ray.predict(trained.run, str(project / "data" / "part-000.parquet"))
+    finally:
+        ray.shutdown()
+    predicted = pq.read_table(out).to_pandas()
+    assert list(predicted["id"]) == list(range(ROWS_PER_FILE))
+    assert storage.is_complete(out)
+
+
+@pytest.mark.parametrize(
+    "example, function, metric",
+    [("hea_classifier", "classifier", "accuracy"), ("regression", "regressor", "mae")],
+)
+def test_example_trains_on_two_workers_and_infers(example, function, metric, tmp_path):
+    import importlib
+
+    importlib.import_module(f"examples.{example}").make_data(str(tmp_path / "data"))
+    options = ("--workers", 2, "--epochs", 6, "--batch-size", 16, "--storage", tmp_path / "runs", "--name", example)
+    done = run_command("train", "--model", f"examples.{example}:{function}", "--data", tmp_path / "data", *options)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    history = pd.read_csv(tmp_path / "runs" / example / storage.HISTORY)
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0]
+    assert f"val_{metric}" in history
+    done = run_command("infer", "--run", tmp_path / "runs" / example, "--data", tmp_path / "data")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"  {metric} " in done.stdout.splitlines()[-1]
