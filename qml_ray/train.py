@@ -80,13 +80,17 @@ def locate_run(requested: config_lib.Config, name: str | None, resume: bool) -> 
     return storage.run_dir(requested.storage, time.strftime("%Y%m%d-%H%M%S") if name is None else name)
 
 
+def run_exists(run: str) -> UsageError:
+    return UsageError(f"run folder {run} already exists: choose another --name, or add --resume")
+
+
 def resolve_run(requested: config_lib.Config, run: str, resume: bool, found: bool) -> tuple[config_lib.Config, bool]:
-    """The config to train with, and whether training continues the stored run (claimed by this
-    command; `found`: it was there before). Resuming, the stored config is taken with `requested`'s
-    keys that differ from the defaults."""
+    """The config to train with, and whether training continues the stored run (`found`: the run
+    folder is there). Resuming, the stored config is taken with `requested`'s keys that differ from
+    the defaults."""
     if not resume:
         if found:
-            raise UsageError(f"run folder {run} already exists: choose another --name, or add --resume")
+            raise run_exists(run)
         return requested, False
     if not storage.exists(storage.join(run, storage.CONFIG)):  # never started, or stopped before its config
         print(f"no run at {run} yet: starting it", flush=True)
@@ -281,16 +285,7 @@ def train(
     }
     config = config.replace(**locations)
     run = locate_run(config, name, resume)
-    with claims.claimed(run, "run") as found:
-        interrupts.say_on_interrupt(f"continue with --name {posixpath.basename(run)} --resume")
-        config, resuming = resolve_run(config, run, resume, found)
-        return train_claimed(config, run, resuming, address, verbose, model)
-
-
-def train_claimed(
-    config: config_lib.Config, run: str, resuming: bool, address: str | None, verbose: bool, model: Callable | None
-) -> Trained:
-    """Train the run this command has claimed: check its data and the cluster, then train_in."""
+    config, resuming = resolve_run(config, run, resume, storage.exists(run))
     done = published_epochs(run) if resuming else 0
     if done >= config.epochs:  # e.g. a job retried after it finished
         print(
@@ -302,6 +297,17 @@ def train_claimed(
     model = model or contract.recorded(run)
     contract.check(config, model)
     check_data(config, run, resuming)
+    with claims.claimed(run, "run") as found:  # nothing was written before, all is written after
+        if found and not resume:  # another command made it meanwhile
+            raise run_exists(run)
+        interrupts.say_on_interrupt(f"continue with --name {posixpath.basename(run)} --resume")
+        return train_claimed(config, run, resuming, address, verbose, model)
+
+
+def train_claimed(
+    config: config_lib.Config, run: str, resuming: bool, address: str | None, verbose: bool, model: Callable | None
+) -> Trained:
+    """Train the run this command has claimed: check the cluster, then train_in."""
     runtime.connect(address, log_to_driver=verbose)
     runtime.quiet_ray_data(verbose)
     runtime.require_capacity(
