@@ -426,8 +426,15 @@ def test_a_bad_row_met_by_the_actors_is_one_line_naming_it(run_copy):
     assert snapshot(run_copy.parent) == before
 
 
+def damage_pages(path: Path) -> None:
+    """Overwrite a Parquet file's data pages, keeping its footer (the schema and row counts) whole."""
+    content = path.read_bytes()
+    footer = int.from_bytes(content[-8:-4], "little") + 8
+    path.write_bytes(content[:4] + b"\xff" * (len(content) - footer - 4) + content[-footer:])
+
+
 def test_training_that_keeps_failing_says_how_to_continue(run_copy):
-    (run_copy / "data" / "train.parquet").unlink()  # every worker fails to read its shard
+    damage_pages(run_copy / "data" / "train.parquet")  # its footer is whole: reading its rows fails
     more = ("--epochs", config_lib.of_run(str(run_copy)).epochs + 2, "--max-failures", 0)
     done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", *more)
     assert done.returncode == 1

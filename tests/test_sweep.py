@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from qml_ray import config as config_lib
+from qml_ray.errors import UsageError
 
 from conftest import ROOT, SMOKE, command_env, ray_cli, run_command, submit
 from test_bad_input import CPUS, assert_usage_error
@@ -121,6 +122,23 @@ def test_bad_sweeps(tmp_path, args, message):
     done = run_command("sweep", "--config", SMOKE, "--storage", tmp_path / "runs", *args)
     assert_usage_error(done, message)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_grid_over_model_parameters_makes_trials_of_params(tmp_path, monkeypatch):
+    from qml_ray import sweep
+
+    (tmp_path / "models.py").write_text("def build(depth=1, scale=1.0, learning_rate=0.01):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    grid = ("--grid", "param.depth=1,2", "--grid", "learning_rate=0.1,0.2", "--param", "scale=0.5")
+    args = sweep.parse_args(["--model", "models:build", *grid, "--storage", str(tmp_path), "--name", "s"])
+    folder, trials = sweep.plan(args)
+    assert [trial.name for trial in trials] == [
+        f"param.depth={depth}-learning_rate={rate}-seed=0" for depth in (1, 2) for rate in (0.1, 0.2)
+    ]
+    assert [(t.config.params, t.config.learning_rate) for t in trials][1] == ({"depth": 1, "scale": 0.5}, 0.2)
+    assert trials[3].run == f"{folder}/param.depth=2-learning_rate=0.2-seed=0"
+    with pytest.raises(UsageError, match="takes no parameter 'width'"):
+        sweep.plan(sweep.parse_args(["--model", "models:build", "--grid", "param.width=1,2"]))
 
 
 def test_existing_sweep_needs_resume_and_the_same_trials(tmp_path):
