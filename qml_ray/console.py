@@ -13,7 +13,7 @@ from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from qml_ray import interrupts, storage
-from qml_ray.errors import EnvironmentProblem
+from qml_ray.errors import EnvironmentProblem, UsageError
 
 END = None  # said by the command when the work is over: the relay stops there
 
@@ -30,9 +30,9 @@ class Console:
     def say(self, line: str) -> None:
         self.queue.put(line)
 
-    def stop(self, problem: EnvironmentProblem) -> None:
-        """End the command at once with `problem` (the storage full, a permission lost): Ray Train's
-        restarts would only meet it again."""
+    def stop(self, problem: EnvironmentProblem | UsageError) -> None:
+        """End the command at once with `problem` (the storage full, a permission lost, a model that
+        breaks the contract): Ray Train's restarts would only meet it again."""
         self.queue.put(problem)
 
     @contextlib.contextmanager
@@ -44,7 +44,7 @@ class Console:
         def relay():
             with contextlib.suppress(ray.exceptions.RayError):  # Ray gone: the command is ending
                 while (line := self.queue.get()) is not END:
-                    if isinstance(line, EnvironmentProblem):
+                    if isinstance(line, EnvironmentProblem | UsageError):
                         interrupts.fail(line)
                     else:
                         print(line, flush=True)

@@ -228,10 +228,7 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
             worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker, config.size_thread_pools)},
         ),
     )
-    result = trainer.fit()
-    if error := (result.metrics or {}).get("error"):
-        raise contract.ModelError(error)
-    return result
+    return trainer.fit()
 
 
 def warn_idle_threads(config: config_lib.Config, train_rows: int | None = None) -> None:

@@ -48,8 +48,8 @@ class Inputs:
 
 
 def train_worker(params: dict) -> None:
-    """Ray Train's train_loop_per_worker. A model that breaks the contract (every rank finds the same)
-    is reported as {"error": ...} and ends the training; the command says it in one line."""
+    """Ray Train's train_loop_per_worker. A model that breaks the contract is told to the command,
+    which ends at once in one line (Ray Train's restarts would only meet it again)."""
     import tensorflow as tf
 
     config, run, console = Config(**params["config"]), params["run"], params.get("console")
@@ -74,8 +74,10 @@ def train_worker(params: dict) -> None:
                 model=params["model"] and contract.unpickled(params["model"]),
                 say=console.say if console else print,
             )
-    except contract.ModelError as err:
-        ray.train.report({"error": str(err)})
+    except contract.ModelError as err:  # every rank finds the same: the command ends, in one line
+        if console:
+            console.stop(err)
+        raise
 
 
 def from_shards(config: Config, rows: dict, label_width: int, rank: int, world_size: int) -> Inputs:
