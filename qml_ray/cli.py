@@ -124,6 +124,15 @@ def config_from_args(args: argparse.Namespace) -> config_lib.Config:
     return config_lib.from_mapping({**base, **overrides(args), "params": {**base["params"], **params_given(args)}})
 
 
+def fail(error: Exception, status: int) -> None:
+    """End the command with `error` in one line and `status`; as an interrupted one ends, when a
+    call into Ray it waited for still runs (Ray would end the process with status 1 on its way out)."""
+    print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
+    if interrupts.abandoned():
+        interrupts.exit_interrupted(status)
+    sys.exit(status)
+
+
 def run(main, argv=None) -> None:
     """Run a command's main: a UsageError ends it with one line on stderr and exit status 2, an
     EnvironmentProblem with one line and 1, SIGINT or SIGTERM with one line and 130 or 143."""
@@ -131,11 +140,9 @@ def run(main, argv=None) -> None:
     try:
         main(argv)
     except UsageError as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        sys.exit(USAGE_STATUS)
+        fail(err, USAGE_STATUS)
     except EnvironmentProblem as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        sys.exit(ENVIRONMENT_STATUS)
+        fail(err, ENVIRONMENT_STATUS)
     except interrupts.Interrupted as interrupted:
         print(interrupts.last_line(), file=sys.stderr, flush=True)
         interrupts.exit_interrupted(interrupted.status)

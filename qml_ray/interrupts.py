@@ -20,6 +20,7 @@ EXIT_SECONDS = 5  # the longest an interrupted command's cleanups may take
 _received: list[int] = []
 _cleanups: list = []
 _waiting: list["_Call"] = []
+_abandoned: list["_Call"] = []  # calls `fail` ended while their threads ran on
 _next_step = [""]  # what the interrupted command's last line says to do
 
 
@@ -124,6 +125,13 @@ def waited(call, *args, **kwargs):
 
 
 def fail(error: BaseException) -> None:
-    """End the calls being `waited` for with `error` (from any thread: the console's relay, say)."""
+    """End the calls being `waited` for with `error` (from any thread: the console's relay, say).
+    Their threads still run: the command must then end as an interrupted one does (`abandoned`)."""
     for pending in list(_waiting):
+        _abandoned.append(pending)
         pending.end(error=error)
+
+
+def abandoned() -> bool:
+    """Whether `fail` left a call running (so the command must exit by `exit_interrupted`)."""
+    return bool(_abandoned)
