@@ -20,9 +20,8 @@ import pytest
 from qml_ray import checkpoints, claims, runtime, storage
 from qml_ray.errors import UsageError
 
-from conftest import ROOT, SMOKE, command_env, run_command
+from conftest import BUCKET, ROOT, SMOKE, command_env, run_command
 from test_bad_input import snapshot
-from test_gcs import BUCKET, gcs_server  # noqa: F401  (the fixture)
 
 STOP_SECONDS = 10  # a signal stops the training within this
 REFUSE_SECONDS = 30  # a second writer is refused within this (before its Ray starts)
