@@ -76,6 +76,11 @@ def held(hold: Path, epochs: int = 1, **env: str) -> dict:
     return command_env(**{runtime.HOLD_ENV: str(hold)}, **env)
 
 
+def held_now(hold: Path):
+    """Whether the training waits at a step (qml_ray/hold.py says so)."""
+    return lambda: Path(f"{hold}.held").exists()
+
+
 def processes_holding(hold: Path) -> list[int]:
     """The processes (the command, its Ray's workers) whose environment names the hold file."""
     marker = f"{runtime.HOLD_ENV}={hold}".encode()
@@ -120,7 +125,7 @@ def contents(folder: Path) -> dict:
 def test_a_signal_stops_training_at_once_and_says_how_to_continue(tmp_path, signum):
     runs, hold = tmp_path / "runs", tmp_path / "hold"
     command = Command("train", "--config", SMOKE, "--storage", runs, "--name", "r", env=held(hold))
-    wait_for(lambda: epochs_done(str(runs / "r")) >= 1, "epoch 1")  # and held at epoch 2's first step
+    wait_for(held_now(hold), "training held at epoch 2's first step")
     before = contents(tmp_path)
     command.signal(signum)
     ended = command.end()
@@ -171,7 +176,7 @@ def two_at_once(runs: str, env: dict) -> tuple[Command, Ended]:
 def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trains(tmp_path):
     runs, hold = tmp_path / "runs", tmp_path / "hold"
     winner, refused = two_at_once(str(runs), held(hold))
-    wait_for(lambda: epochs_done(str(runs / "r")) >= 1, "epoch 1")  # the winner trains
+    wait_for(held_now(hold), "the winner's training held")
     before = contents(tmp_path)
     started = time.monotonic()
     done = run_command("train", "--storage", runs, "--name", "r", "--resume", timeout=REFUSE_SECONDS)
@@ -253,7 +258,7 @@ def test_a_full_disk_stops_training_at_once_naming_it(small_disk, tmp_path):
     hold = tmp_path / "hold"
     options = ("--max-failures", 3, "--storage", small_disk, "--name", "r")
     command = Command("train", "--config", SMOKE, *options, env=held(hold))
-    wait_for(lambda: epochs_done(str(small_disk / "r")) >= 1, "epoch 1")
+    wait_for(held_now(hold), "training held at epoch 2's first step")
     fill(small_disk)
     before = contents(small_disk / "r")
     hold.unlink()  # epoch 2 ends, and its metrics.csv cannot be written
