@@ -177,12 +177,12 @@ def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trai
     runs, hold = tmp_path / "runs", tmp_path / "hold"
     winner, refused = two_at_once(str(runs), held(hold))
     wait_for(held_now(hold), "the winner's training held")
-    before = contents(tmp_path)
+    before = contents(runs)
     started = time.monotonic()
     done = run_command("train", "--storage", runs, "--name", "r", "--resume", timeout=REFUSE_SECONDS)
     resumed = Ended(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
     resumed.assert_clean(2, f"error: run {runs / 'r'} is in use by another command")
-    assert contents(tmp_path) == before
+    assert contents(runs) == before
     winner.signal(signal.SIGINT)
     winner.end().assert_clean(130, "interrupted: continue with --name r --resume")
     print(f"\nsecond writer refused after {refused.seconds:.1f} s, --resume meanwhile after {resumed.seconds:.1f} s")
@@ -268,7 +268,6 @@ def test_a_full_disk_stops_training_at_once_naming_it(small_disk, tmp_path):
     assert ended.seconds < STOP_SECONDS, ended.seconds  # not after Ray Train's 3 restarts
     assert "--resume" not in ended.last_line
     assert contents(small_disk / "r") == before
-    wait_for(lambda: not processes_holding(hold), "every process of the command gone", STOP_SECONDS)
     print(f"\nfull disk: the command stopped {ended.seconds:.1f} s after training met it")
 
 
