@@ -134,8 +134,8 @@ def run(main, argv=None) -> None:
         print(f"error: {one_line(err)}", file=sys.stderr)
         sys.exit(USAGE_STATUS)
     except EnvironmentProblem as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        sys.exit(ENVIRONMENT_STATUS)
+        print(f"error: {one_line(err)}", file=sys.stderr, flush=True)
+        interrupts.exit_interrupted(ENVIRONMENT_STATUS)  # as on a signal: a thread may still wait on Ray
     except interrupts.Interrupted as interrupted:
         print(interrupts.last_line(), file=sys.stderr, flush=True)
         interrupts.exit_interrupted(interrupted.status)
