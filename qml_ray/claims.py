@@ -53,12 +53,24 @@ def _release(path: str, mine: bytes) -> None:
         storage.remove_if_unchanged(path, found[0])
 
 
+def require_free(folder: str, what: str) -> None:
+    """A UsageError naming the command that holds the claim on `folder`, if a live one does (a look
+    only: `claimed` takes the claim)."""
+    path = storage.join(folder, CLAIM)
+    if found := storage.version(path):
+        _refuse_if_alive(path, folder, what, found[1])
+
+
 def _take_over_if_stale(path: str, folder: str, what: str) -> None:
     """Delete the claim at `path` if its command is gone, else raise a UsageError naming that command."""
     found = storage.version(path)
     if found is None:  # released meanwhile
         return
-    token, renewed = found
+    _refuse_if_alive(path, folder, what, found[1])
+    storage.remove_if_unchanged(path, found[0])
+
+
+def _refuse_if_alive(path: str, folder: str, what: str, renewed: float) -> None:
     try:
         holder = json.loads(storage.read_bytes(path))
     except (FileNotFoundError, ValueError):  # released meanwhile, or cut short by a crash
@@ -69,7 +81,6 @@ def _take_over_if_stale(path: str, folder: str, what: str) -> None:
             f"{what} {folder} is in use by another command (process {holder['pid']} on {holder['host']}, "
             f"since {since}): wait for it to end, or stop it"
         )
-    storage.remove_if_unchanged(path, token)
 
 
 def _alive(holder: dict, renewed: float) -> bool:

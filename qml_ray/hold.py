@@ -3,12 +3,14 @@
 With QML_RAY_HOLD (runtime.HOLD_ENV, which the commands pass on to their workers) naming a file
 that holds a number of epochs N (empty: 0), every worker waits at each step boundary from the first
 step after N epochs while rank 0 sees that file, unless Ray Train reports a node of the run
-draining. A test starts the command with the file in place, waits for epoch N, injects its fault
+draining; while they wait, FILE.held exists. A test starts the command with the file in place,
+waits for FILE.held, injects its fault
 (a signal, a second command, a drain notice, a lost node), then removes the file. Nothing here
 depends on how fast the machine is.
 """
 
 import time
+from pathlib import Path
 
 import ray.train
 import tensorflow as tf
@@ -30,6 +32,7 @@ class HoldAtStep(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         while broadcast_from_rank_zero(self.held()) and ray.train.get_preemption_info() is None:
+            Path(f"{self.path}.held").touch()  # tells the test that training waits
             time.sleep(POLL_SECONDS)
 
     def held(self) -> bool:

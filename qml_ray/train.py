@@ -282,6 +282,7 @@ def train(
     }
     config = config.replace(**locations)
     run = locate_run(config, name, resume)
+    claims.require_free(run, "run")
     config, resuming = resolve_run(config, run, resume, storage.exists(run))
     done = published_epochs(run) if resuming else 0
     if done >= config.epochs:  # e.g. a job retried after it finished

