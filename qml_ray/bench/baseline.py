@@ -82,9 +82,6 @@ def work(run: str) -> None:
     """One worker: the strategy first (TF_CONFIG, if set, makes it a multi-worker one), then training."""
     import tensorflow as tf
 
-    from qml_ray import data
-    from qml_ray.worker import Inputs, train_replica
-
     config = config_lib.of_run(run)
     spec = json.loads(os.environ.get("TF_CONFIG") or "null")
     if spec:
@@ -92,6 +89,9 @@ def work(run: str) -> None:
         rank, world_size = spec["task"]["index"], len(spec["cluster"]["worker"])
     else:
         strategy, rank, world_size = tf.distribute.get_strategy(), 0, 1
+    from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
+    from qml_ray.worker import Inputs, train_replica
+
     train, validation = (data.shard(data.read(run, split), rank, world_size) for split in data.SPLITS)
     inputs = Inputs(
         train=lambda: data.to_tf_dataset(train, config.batch_size, config.seed + rank),
