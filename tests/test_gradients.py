@@ -1,7 +1,6 @@
 """BlockAdjoint's gradients against TFQ's Adjoint and central differences of cirq's double-precision
 simulator, on the QCNN, on random circuits of every supported gate family, and in training."""
 
-import concurrent.futures
 import csv
 
 import cirq
@@ -11,8 +10,8 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray.gradients import BlockAdjoint, UnsupportedGate, circuit_expectations, circuit_gradient, tiles
-from qml_ray.gradients.plan import Layout, plan, readout
+from qml_ray.gradients import BlockAdjoint, UnsupportedGate
+from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
 from conftest import ROOT, SMOKE, run_command
@@ -167,88 +166,12 @@ def test_diagonal_gates_wait_for_the_block_on_their_pair():
     )
     names = tuple(str(x) for x in SYMBOLS)
     merged, kept = (plan(tfq.convert_to_tensor([c]).numpy()[0], names) for c in (cluster + conv, forced))
-    assert len(merged.circuit.block_bits) == 3  # four two-qubit gates: CZ(a, b) joined the XX block
-    assert len(kept.circuit.block_bits) == 3  # three two-qubit gates, each in a block of its own
+    assert len(merged.block_qubits) == 3  # four two-qubit gates: CZ(a, b) joined the XX block
+    assert len(kept.block_qubits) == 3  # three two-qubit gates, each in a block of its own
     rng = np.random.default_rng(7)
     values = rng.uniform(-1.5, 1.5, size=(2, len(SYMBOLS)))
     readouts = [random_readouts(rng, register) for _ in range(2)]
     check([cluster + conv, forced], SYMBOLS, values, readouts, rng.uniform(-1, 1, size=(2, 3)))
-
-
-def block_results(circuit, symbols, values, readouts, upstream, layout, parts) -> tuple:
-    """The block kernel's expectations and gradient of one circuit, planned with `layout`, each step's
-    tiles split in `parts` on as many threads; and its plan."""
-    planned = plan(tfq.convert_to_tensor([circuit]).numpy()[0], tuple(str(s) for s in symbols), layout)
-    terms = readout(tuple(tfq.convert_to_tensor([readouts]).numpy()[0]), tuple(planned.qubit_index.items()))
-    expectations, gradient = np.zeros(len(readouts)), np.zeros(len(symbols))
-    with concurrent.futures.ThreadPoolExecutor(parts) as pool:
-        circuit_expectations(planned.circuit, terms, values, expectations, parts, pool)
-        circuit_gradient(planned.circuit, terms, values, upstream, gradient, parts, pool)
-    return expectations, gradient, planned.circuit
-
-
-@pytest.mark.parametrize(
-    "qubits, low_bits, tile_bits", [(6, 1, 5), (7, 2, 5), (8, 2, 5), (9, 3, 6), (10, 3, 6), (10, 3, 7)]
-)
-def test_tiles_of_every_size_and_parts_agree_with_cirq(qubits, low_bits, tile_bits):
-    """Small tiles on small states: runs gathered from scattered runs (blocks straddling the slices a
-    tile is made of), relabellings, several tiles per step split in 1, 2 or 3 parts; the same values
-    as cirq's and its central differences, whatever the parts (within 1e-6)."""
-    rng = np.random.default_rng(qubits * 100 + tile_bits)
-    register = cirq.GridQubit.rect(1, qubits)
-    circuit = cirq.Circuit(cirq.H.on_each(register), (random_gate(rng, register) for _ in range(40)))
-    values = rng.uniform(-1.5, 1.5, size=len(SYMBOLS))
-    readouts, upstream = random_readouts(rng, register), rng.uniform(-1, 1, size=3)
-    layout = Layout(low_bits=low_bits, tile_bits=tile_bits)
-    one_part = block_results(circuit, SYMBOLS, values, readouts, upstream, layout, 1)
-    planned = one_part[2]
-    assert tiles(planned) > 1
-    assert (planned.step_relabel >= 0).any() and (
-        planned.step_bits != planned.step_bits[:, :1] + np.arange(planned.step_bits.shape[1])
-    ).any()  # some runs relabel, some gather tiles from runs apart
-    np.testing.assert_allclose(one_part[0], cirq_expectations(circuit, SYMBOLS, values, readouts), atol=1e-5)
-    reference = finite_differences([circuit], SYMBOLS, values[None], [readouts], upstream[None])[0]
-    np.testing.assert_allclose(one_part[1], reference, rtol=1e-4, atol=1e-4)
-    for parts in (2, 3):
-        expectations, gradient, _ = block_results(circuit, SYMBOLS, values, readouts, upstream, layout, parts)
-        np.testing.assert_allclose(expectations, one_part[0], rtol=0, atol=1e-6)
-        np.testing.assert_allclose(gradient, one_part[1], rtol=0, atol=1e-6)
-
-
-def interleaved_halves(rng, qubits: int) -> tuple:
-    """A circuit of two independent random halves on the even and the odd qubits, and readouts on each:
-    cirq checks it half by half where the whole state is too large for it."""
-    register = cirq.GridQubit.rect(1, qubits)
-    halves = [register[0::2], register[1::2]]
-    circuits = [cirq.Circuit(cirq.H.on_each(h), (random_gate(rng, h) for _ in range(3 * len(h)))) for h in halves]
-    readouts = [random_readouts(rng, h) for h in halves]
-    return circuits, readouts
-
-
-@pytest.mark.parametrize("qubits", [6, 17, 20, 26])
-def test_large_states_one_circuit_on_several_threads(qubits):
-    """A batch of one circuit on 1 and 3 threads (at 17 qubits and more, its tiles split across them):
-    its halves' values equal cirq's and their central differences; the threads change nothing (1e-6)."""
-    rng = np.random.default_rng(qubits)
-    halves, readouts = interleaved_halves(rng, qubits)
-    values = rng.uniform(-1.5, 1.5, size=(1, len(SYMBOLS)))
-    upstream = rng.uniform(-1, 1, size=(1, 6))
-    whole = halves[0] + halves[1]
-    thread_counts = (3,) if qubits == 26 else (1, 3)  # 26 qubits: 1 GiB of states per run, once
-    results = [
-        forward_and_gradient(BlockAdjoint(threads), [whole], SYMBOLS, values, [readouts[0] + readouts[1]], upstream)
-        for threads in thread_counts
-    ]
-    exact = np.concatenate([cirq_expectations(h, SYMBOLS, values[0], r) for h, r in zip(halves, readouts)])
-    np.testing.assert_allclose(results[0][0][0], exact, atol=1e-5)
-    reference = sum(
-        finite_differences([h], SYMBOLS, values, [r], upstream[:, 3 * k : 3 * k + 3])
-        for k, (h, r) in enumerate(zip(halves, readouts))
-    )
-    np.testing.assert_allclose(results[0][1], reference, rtol=1e-4, atol=1e-4)
-    for forward, gradient in results[1:]:
-        np.testing.assert_allclose(forward, results[0][0], rtol=0, atol=1e-6)
-        np.testing.assert_allclose(gradient, results[0][1], rtol=0, atol=1e-6)
 
 
 def test_every_gate_family_is_covered():

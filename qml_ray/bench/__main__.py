@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 from qml_ray import cli, config as config_lib, storage
-from qml_ray.bench.peers import INSTALL as INSTALL_PEERS, missing as missing_peers
 from qml_ray.bench.runtimes import POOLS, RUNTIMES
 from qml_ray.errors import UsageError
 
@@ -129,12 +128,6 @@ def parse_args(argv=None):
         help="TensorFlow's and the block kernel's threads (default: 1, so the figures are per vCPU)",
     )
     circuits.add_argument(
-        "--peers",
-        action="store_true",
-        help="also time qsim's forward and PennyLane Lightning's adjoint on the same circuits "
-        f"(needs the peers extra: {INSTALL_PEERS})",
-    )
-    circuits.add_argument(
         "--efficiency-from",
         metavar="JSON",
         help="a runtimes.json: project at its qml_ray parallel efficiency with the most "
@@ -222,21 +215,17 @@ def circuits_main(args) -> None:
     efficiency, source = efficiency_from(args.efficiency_from)
     if max(args.qubits) > config_lib.MAX_QUBITS:
         raise UsageError(f"--qubits must be at most {config_lib.MAX_QUBITS}: no machine holds the state vectors")
-    if args.peers and missing_peers():
-        raise UsageError(f"--peers needs {' and '.join(missing_peers())}: {INSTALL_PEERS}")
     storage.check_local_folder(args.out)
     require_memory(1, args.threads, max(args.qubits), "lower --qubits or --threads")
-    threads = str(args.threads)  # TensorFlow and OpenMP read these once, when they start: before the import below
-    os.environ.update(
-        {"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads, "OMP_NUM_THREADS": threads}
-    )
+    threads = str(args.threads)  # TensorFlow reads these once, when it starts: before the import below
+    os.environ.update({"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads})
     from qml_ray.bench import circuits
 
     probes = []
     for qubits in args.qubits:
         count = args.circuits or circuits.default_circuits(qubits)
         print(f"timing {qubits} qubits, {count} circuits per batch ...", flush=True)
-        probes.append(circuits.probe(qubits, count, args.threads, args.peers))
+        probes.append(circuits.probe(qubits, count, args.threads))
         probe = probes[-1]
         print(
             f"    forward: TFQ {probe['tfq_forward_seconds']:.4g}, block {probe['block_forward_seconds']:.4g} "

@@ -11,17 +11,10 @@ import os
 import threading
 import time
 
-import cirq
-import numpy as np
 import tensorflow as tf
-import tensorflow_quantum as tfq
 
 from qml_ray import contract, data
-from qml_ray.bench import peers as peer_simulators
 from qml_ray.config import Config
-from qml_ray.gradients import BlockAdjoint
-from qml_ray.gradients.plan import plan
-from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
 # The original's headline: 23 qubits, 1000 examples, ~5 min/epoch on 32 nodes of 16 vCPUs,
 # ~4 h/epoch on one worker.
@@ -79,11 +72,10 @@ class PeakMemory:
         return self.peak - self.start
 
 
-def probe(qubits: int, circuits: int, threads: int, with_peers: bool = False, min_seconds: float = 2.0) -> dict:
+def probe(qubits: int, circuits: int, threads: int, min_seconds: float = 2.0) -> dict:
     """Seconds per circuit of the 1-layer QCNN on `qubits` qubits: forward, and forward + gradient,
-    with each differentiator; the peak memory of a gradient per circuit in flight, in state vectors
-    (complex64, 8 bytes per amplitude); the memory traffic of the block kernel against the machine's
-    bandwidth; and with `with_peers`, qsim and Lightning on the same circuits."""
+    with each differentiator; and the peak memory of a gradient per circuit in flight, in
+    state vectors (complex64, 8 bytes per amplitude)."""
     config = Config(qubits=qubits, examples=max(10, 2 * circuits))
     batch = tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:circuits])
     state_bytes = 8 * 2**qubits
@@ -109,75 +101,7 @@ def probe(qubits: int, circuits: int, threads: int, with_peers: bool = False, mi
             result[f"{name}_forward_gradient_seconds"] - result[f"{name}_forward_seconds"]
         ) / result[f"{name}_forward_seconds"]
     result["speedup"] = result["tfq_forward_gradient_seconds"] / result["block_forward_gradient_seconds"]
-    circuits_of_model = model_circuits(config, model, batch)
-    result.update(memory_traffic(circuits_of_model, result, state_bytes))
-    if with_peers:
-        result["peers"] = peers(circuits_of_model, threads, min_seconds)
     return result
-
-
-def model_circuits(config: Config, model, batch) -> dict:
-    """The batch's whole circuits as the QCNN layer simulates them (cluster state, excitation, model),
-    its symbols, their weights in the model, and its readouts."""
-    qubits = qubits_for(config.qubits)
-    circuit, readout_qubits = qcnn_circuit(qubits, config.layers)
-    weights = model.get_layer("qcnn").symbol_values()
-    symbols = sorted(weights, key=str)
-    return {
-        "circuits": [cluster_state_circuit(qubits) + c + circuit for c in tfq.from_tensor(batch)],
-        "symbols": symbols,
-        "weights": np.array([weights[s] for s in symbols], np.float64),
-        "readouts": [cirq.Z(q) for q in readout_qubits],
-    }
-
-
-def memory_traffic(model: dict, result: dict, state_bytes: int) -> dict:
-    """The bytes the block kernel moves per circuit, counted from its plan (each step reads and writes the
-    state; the gradient's backward sweep does so on the state and its co-state, after writing the
-    co-state once per readout), the rate it reaches, and the machine's: a copy of a state-sized array."""
-    program = tfq.convert_to_tensor(model["circuits"][:1]).numpy()[0]
-    steps = len(plan(program, tuple(str(s) for s in model["symbols"])).circuit.step_relabel)
-    forward = 2 * state_bytes * steps
-    gradient = forward + 2 * state_bytes * (2 * steps + len(model["readouts"]))
-    source = np.ones(state_bytes // 4, np.float32)
-    target = np.empty_like(source)
-    copy_seconds = seconds_per_call(lambda: np.copyto(target, source), 0.5)
-    return {
-        "copy_bandwidth": 2 * state_bytes / copy_seconds,
-        "block_forward_bytes": forward,
-        "block_forward_gradient_bytes": gradient,
-        "block_forward_rate": forward / result["block_forward_seconds"],
-        "block_forward_gradient_rate": gradient / result["block_forward_gradient_seconds"],
-    }
-
-
-def peers(model: dict, threads: int, min_seconds: float) -> dict:
-    """qsim's forward and Lightning's forward + adjoint gradient on the model's circuits, each with the
-    largest difference from the block method's values (expectations; gradients of their sum)."""
-    circuits, symbols, weights, readouts = (model[k] for k in ("circuits", "symbols", "weights", "readouts"))
-    block = BlockAdjoint(threads)
-    programs = tfq.convert_to_tensor(circuits).numpy()
-    names = np.array([str(s).encode() for s in symbols])
-    values = np.tile(weights, (len(circuits), 1)).astype(np.float32)
-    sums = tfq.convert_to_tensor([readouts] * len(circuits)).numpy()
-    expected = block.expectations(programs, names, values, sums)
-    expected_gradient = block.gradient(programs, names, values, sums, np.ones(sums.shape, np.float32))
-
-    def timer(fn):
-        fn()
-        return seconds_per_call(fn, min_seconds)
-
-    resolver = cirq.ParamResolver(dict(zip(symbols, weights)))
-    qsim = peer_simulators.qsim_forward(circuits, readouts, resolver, threads, timer)
-    found = {"qsim": {**qsim, "max_difference": float(np.abs(np.array(qsim.pop("values")) - expected).max())}}
-    for dtype in peer_simulators.LIGHTNING_DTYPES:
-        lightning = peer_simulators.lightning_forward_gradient(circuits, readouts, symbols, weights, dtype, timer)
-        difference = max(
-            np.abs(np.array(lightning.pop("values")) - expected).max(),
-            np.abs(np.array(lightning.pop("gradients")) - expected_gradient).max(),
-        )
-        found[f"lightning_{dtype}"] = {**lightning, "max_difference": float(difference)}
-    return found
 
 
 def project(probed: dict, efficiency: float, efficiency_source: str) -> dict:
@@ -206,48 +130,6 @@ def project(probed: dict, efficiency: float, efficiency_source: str) -> dict:
     return projection
 
 
-def traffic_lines(probes: list[dict]) -> list[str]:
-    return [
-        "",
-        "Memory traffic of the block kernel per circuit (counted from its plan: each step reads and writes "
-        "the state), the rate it reaches, and the machine's (a copy of a state-sized array, read + write):",
-        "",
-        "| qubits | copy bandwidth (GB/s) | block forward: MB, GB/s, share of the copy's "
-        "| block forward + gradient: MB, GB/s, share of the copy's |",
-        "| ---: | ---: | ---: | ---: |",
-        *(
-            f"| {p['qubits']} | {p['copy_bandwidth'] / 1e9:.1f} "
-            f"| {p['block_forward_bytes'] / 1e6:.4g}, {p['block_forward_rate'] / 1e9:.1f}, "
-            f"{p['block_forward_rate'] / p['copy_bandwidth']:.0%} "
-            f"| {p['block_forward_gradient_bytes'] / 1e6:.4g}, {p['block_forward_gradient_rate'] / 1e9:.1f}, "
-            f"{p['block_forward_gradient_rate'] / p['copy_bandwidth']:.0%} |"
-            for p in probes
-        ),
-    ]
-
-
-def peer_lines(probes: list[dict]) -> list[str]:
-    lines = [
-        "",
-        "The peers on the same circuits, seconds per circuit (the QCNN's circuit alone, outside TensorFlow; "
-        "qsim at its fastest fused-gate size); the largest difference from the block method's expectations "
-        "and gradients:",
-        "",
-        "| qubits | forward: block, qsim (fused size) | forward + gradient: block, Lightning complex64, "
-        "complex128 | largest difference: qsim, Lightning complex64, complex128 |",
-        "| ---: | ---: | ---: | ---: |",
-    ]
-    for p in (p for p in probes if "peers" in p):
-        qsim, single, double = (p["peers"][k] for k in ("qsim", "lightning_complex64", "lightning_complex128"))
-        lines.append(
-            f"| {p['qubits']} | {p['block_forward_seconds']:.4g}, {qsim['seconds']:.4g} "
-            f"({qsim['fused_gate_size']}) | {p['block_forward_gradient_seconds']:.4g}, {single['seconds']:.4g}, "
-            f"{double['seconds']:.4g} | {qsim['max_difference']:.1e}, {single['max_difference']:.1e}, "
-            f"{double['max_difference']:.1e} |"
-        )
-    return lines
-
-
 def markdown(doc: dict) -> str:
     """The costs as a Markdown table, and the projection, said to be one."""
     lines = [
@@ -266,9 +148,6 @@ def markdown(doc: dict) -> str:
         f"| {p['tfq_peak_state_vectors']:.1f}, {p['block_peak_state_vectors']:.1f} |"
         for p in doc["probes"]
     ]
-    lines += traffic_lines(doc["probes"])
-    if any("peers" in p for p in doc["probes"]):
-        lines += peer_lines(doc["probes"])
     projection = doc["projection"]
     if projection:
         lines += [

@@ -7,6 +7,7 @@ backward sweep over the blocks; one circuit per thread across the batch.
 """
 
 import concurrent.futures
+import functools
 import os
 
 import numpy as np
@@ -15,7 +16,7 @@ import tensorflow_quantum as tfq
 from tensorflow_quantum.python.differentiators import differentiator
 
 from qml_ray.gradients import kernel
-from qml_ray.gradients.plan import Circuit, Readout, UnsupportedGate, plan, readout
+from qml_ray.gradients.plan import UnsupportedGate, plan, readout_terms
 
 __all__ = ["BlockAdjoint", "UnsupportedGate", "default_threads"]
 
@@ -26,61 +27,21 @@ def default_threads() -> int:
     return int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0) or len(os.sched_getaffinity(0))
 
 
-def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple[Circuit, Readout]:
-    """A circuit's plan and readouts as the kernel takes them."""
-    planned = plan(program, names)
-    return planned.circuit, readout(tuple(pauli_sums), tuple(planned.qubit_index.items()))
+@functools.lru_cache(maxsize=8192)
+def readout_arrays(pauli_sums: tuple, qubit_index: tuple) -> tuple:
+    """The terms of a circuit's readouts as the kernel takes them: readout, coefficient, flip mask,
+    sign mask, Y count."""
+    terms = [(op, *term) for op, pauli_sum in enumerate(pauli_sums) for term in readout_terms(pauli_sum, qubit_index)]
+    columns = list(zip(*terms)) if terms else [()] * 5
+    return tuple(
+        np.array(column, dtype) for column, dtype in zip(columns, (np.int64, np.float64, np.int64, np.int64, np.int64))
+    )
 
 
-def tiles(circuit: Circuit) -> int:
-    return 1 << (circuit.qubits - circuit.low - circuit.step_bits.shape[1])
-
-
-def by_steps(run, steps: int, parts: int, pool, reverse: bool = False) -> None:
-    """run(first_step, stop_step, part) over every step: in one call, or with `parts` > 1 step by step,
-    the parts side by side on the pool."""
-    if parts == 1:
-        run(0, steps, 0)
-        return
-    for step in reversed(range(steps)) if reverse else range(steps):
-        list(pool.map(lambda part, step=step: run(step, step + 1, part), range(parts)))
-
-
-def simulate(circuit: Circuit, blocks: np.ndarray, parts: int, pool) -> np.ndarray:
-    """The circuit's state, its tiles split into `parts` run on the pool."""
-    psi = np.zeros((2, 1 << circuit.qubits), np.float32)  # numpy's large arrays sit on huge pages
-    psi[0, 0] = 1
-    buffers = [kernel.tile_buffer(circuit) for _ in range(parts)]
-
-    def run(first, stop, part):
-        kernel.forward(psi, circuit, blocks, first, stop, part, parts, buffers[part])
-
-    by_steps(run, len(circuit.step_relabel), parts, pool)
-    return psi
-
-
-def circuit_expectations(circuit: Circuit, readout: Readout, values, out, parts: int = 1, pool=None) -> None:
-    """out[k] += <psi|O_k|psi>, psi the circuit's state, O_k its readouts."""
-    _, blocks = kernel.block_unitaries(circuit, values)
-    parts = min(parts, tiles(circuit))
-    kernel.expectations(simulate(circuit, blocks, parts, pool), readout, out)
-
-
-def circuit_gradient(circuit: Circuit, readout: Readout, values, upstream, grad, parts: int = 1, pool=None) -> None:
-    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi>, psi the circuit's state."""
-    factors, blocks = kernel.block_unitaries(circuit, values)
-    parts = min(parts, tiles(circuit))
-    psi = simulate(circuit, blocks, parts, pool)
-    lam = np.zeros_like(psi)
-    kernel.add_co_state(lam, psi, readout, upstream)
-    buffers = np.empty((parts, 2, *kernel.tile_buffer(circuit).shape), np.float32)
-    transitions = np.zeros((parts, len(blocks), 4, 8))
-
-    def run(first, stop, part):
-        kernel.backward(psi, lam, circuit, blocks, first, stop, part, parts, buffers[part], transitions[part])
-
-    by_steps(run, len(circuit.step_relabel), parts, pool, reverse=True)
-    kernel.gradient(circuit, values, factors, blocks, transitions.sum(axis=0), grad)
+def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple:
+    """A circuit's plan and readouts as arrays for `kernel.circuit_expectations` / `circuit_gradient`."""
+    circuit = plan(program, names)
+    return circuit.arrays(), readout_arrays(tuple(pauli_sums), tuple(circuit.qubit_index.items()))
 
 
 class BlockAdjoint(tfq.differentiators.Differentiator):
@@ -89,7 +50,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
     def __init__(self, threads: int | None = None):
         self.threads = threads or default_threads()
-        self._pools = {}
+        self._pool = None
 
     def generate_differentiable_op(self, *, sampled_op=None, analytic_op=None):
         """The expectation op made differentiable; the forward is this class's own, not `analytic_op`."""
@@ -132,11 +93,11 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         names, values = self._names(symbol_names), symbol_values.astype(np.float64)
         out = np.zeros(pauli_sums.shape, np.float64)
 
-        def one(row: int, parts: int) -> None:
+        def one(row: int) -> None:
             circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
-            circuit_expectations(circuit, readouts, values[row], out[row], parts, self.pool("parts"))
+            kernel.circuit_expectations(*circuit, values[row], *readouts, out[row])
 
-        self.each_circuit(len(programs), one)
+        list(self.pool().map(one, range(len(programs))))
         return out.astype(np.float32)
 
     def gradient(self, programs, symbol_names, symbol_values, pauli_sums, upstream) -> np.ndarray:
@@ -145,26 +106,18 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         upstream = upstream.astype(np.float64)
         out = np.zeros(values.shape, np.float64)
 
-        def one(row: int, parts: int) -> None:
+        def one(row: int) -> None:
             circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
-            circuit_gradient(circuit, readouts, values[row], upstream[row], out[row], parts, self.pool("parts"))
+            kernel.circuit_gradient(*circuit, values[row], *readouts, upstream[row], out[row])
 
-        self.each_circuit(len(programs), one)
+        list(self.pool().map(one, range(len(programs))))
         return out.astype(np.float32)
-
-    def each_circuit(self, count: int, one) -> None:
-        """one(row, parts) for each circuit of a batch: a circuit per thread, and with fewer circuits than
-        threads, each circuit's work split in parts over the threads left to it."""
-        parts = max(1, self.threads // max(1, count))
-        list(self.pool("circuits").map(lambda row: one(row, parts), range(count)))
 
     @staticmethod
     def _names(symbol_names) -> tuple:
         return tuple(name.decode() for name in symbol_names)
 
-    def pool(self, work: str) -> concurrent.futures.ThreadPoolExecutor:
-        """The pool of `work`: "circuits" run there, or the "parts" of a circuit's steps (apart, so a
-        circuit waiting for its parts never holds a thread they need)."""
-        if work not in self._pools:
-            self._pools[work] = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix=f"block-{work}")
-        return self._pools[work]
+    def pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="block-adjoint")
+        return self._pool

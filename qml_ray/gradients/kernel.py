@@ -1,26 +1,16 @@
-"""The simulator of the block method (numba): a circuit's fused blocks applied to a state, and un-applied
-from the state and its co-state with each block's transition matrix, for the adjoint gradient.
+"""Compiled state-vector kernels of the block adjoint method (numba, one circuit per call).
 
-A block is a 4x4 unitary on two bits (hi, lo), its basis index 2 * bit(hi) + bit(lo). The plan (see
-`plan.Circuit`) cuts the circuit into steps: a relabelling of the state's bits, or a run of consecutive
-blocks on one tile's bits. A run is applied tile by tile: each tile gathered into a buffer that stays in
-cache (or worked on in place where it is one slice of the state), all the run's blocks applied to it,
-scattered back, so a run costs one pass over memory. Each step splits its tiles into `parts` for threads.
-Transition matrices and gradients are accumulated in double precision. Every function releases the GIL.
+A state of n qubits is complex64 held as two float32 planes (real, imaginary), so loops over
+contiguous runs vectorise; qubit q is bit q of an amplitude's index. A block
+is a 4x4 unitary on two qubits (hi, lo), its basis index 2 * bit(hi) + bit(lo). Transition
+matrices and gradients are accumulated in double precision. Every function releases the GIL,
+so threads run circuits side by side.
 """
 
 import numba
 import numpy as np
 
-from qml_ray.gradients import state as state_space
-from qml_ray.gradients.state import JIT
-
-LOW_BITS = 7  # blocks run on bits >= 7 where the state allows: their runs of >= 128 amplitudes vectorise
-TILE_BITS = 17  # a tile of 2^17 amplitudes (1 MiB) stays in cache
-VECTOR_BITS = 4  # below this bit a block runs group by group, unvectorised
-GROUPS_AT_ONCE = 8  # groups per step of the loop for lower blocks (a fixed count LLVM unrolls)
-MIN_QUBITS = 5  # states are padded to this many qubits, so they hold a whole number of GROUPS_AT_ONCE
-CHUNK = 256  # amplitudes per run summed in float32 before the transition matrix takes them in double
+JIT = {"nogil": True, "cache": True, "fastmath": True}
 
 
 @numba.njit(**JIT)
@@ -36,23 +26,21 @@ def factor_matrix(eig, proj, exponent, derivative):
 
 
 @numba.njit(**JIT)
-def factor_exponent(circuit, factor, values):
-    s = circuit.symbol[factor]
-    return circuit.const[factor] + (circuit.coef[factor] * values[s] if s >= 0 else 0.0)
+def factor_exponent(factor, symbol, coef, const, values):
+    s = symbol[factor]
+    return const[factor] + (coef[factor] * values[s] if s >= 0 else 0.0)
 
 
 @numba.njit(**JIT)
-def block_unitaries(circuit, values):
+def block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values):
     """Each factor's 4x4 matrix, and each block's product of them (later factors on the left)."""
-    factors = np.empty((circuit.kind.shape[0], 4, 4), np.complex128)
-    blocks = np.empty((circuit.block_start.shape[0] - 1, 4, 4), np.complex128)
+    factors = np.empty((kind.shape[0], 4, 4), np.complex128)
+    blocks = np.empty((block_start.shape[0] - 1, 4, 4), np.complex128)
     for b in range(blocks.shape[0]):
         u = np.eye(4, dtype=np.complex128)
-        for f in range(circuit.block_start[b], circuit.block_start[b + 1]):
-            kind = circuit.kind[f]
-            factors[f] = factor_matrix(
-                circuit.kind_eig[kind], circuit.kind_proj[kind], factor_exponent(circuit, f, values), False
-            )
+        for f in range(block_start[b], block_start[b + 1]):
+            e = factor_exponent(f, symbol, coef, const, values)
+            factors[f] = factor_matrix(kind_eig[kind[f]], kind_proj[kind[f]], e, False)
             u = factors[f] @ u
         blocks[b] = u
     return factors, blocks
@@ -112,6 +100,12 @@ def accumulate_row(acc, p, x):
     )
 
 
+VECTOR_BITS = 4  # a block whose lower qubit is at least this bit runs over contiguous runs of >= 16 amplitudes
+
+GROUPS_AT_ONCE = 8  # groups per step of the loop for lower blocks (a fixed count LLVM unrolls)
+MIN_QUBITS = 5  # states are padded to this many qubits, so they hold a whole number of GROUPS_AT_ONCE
+
+
 @numba.njit(inline="always", **JIT)
 def mix(views, j, mr, mi):
     """Apply the matrix (mr, mi) to the group at j of four runs' views (re, im of runs 00, 01, 10, 11)."""
@@ -124,8 +118,9 @@ def mix(views, j, mr, mi):
 
 
 @numba.njit(inline="always", **JIT)
-def mix_group(re, im, index, mr, mi):
-    """Apply the matrix (mr, mi) to the amplitudes at index[r]; returns them after, as 4 (re, im)."""
+def mix_group(state, index, mr, mi):
+    """Apply the matrix (mr, mi) to the amplitudes state[:, index[r]]; returns them after, as 4 (re, im)."""
+    re, im = state[0], state[1]
     x = (re[index[0]], im[index[0]], re[index[1]], im[index[1]], re[index[2]], im[index[2]], re[index[3]], im[index[3]])
     q = (row(mr, mi, 0, x), row(mr, mi, 1, x), row(mr, mi, 2, x), row(mr, mi, 3, x))
     for r in range(4):
@@ -134,11 +129,12 @@ def mix_group(re, im, index, mr, mi):
 
 
 @numba.njit(**JIT)
-def run_views(re, im, start, hi, lo):
-    """The four runs of the groups from `start`, (bit hi, bit lo) = 00, 01, 10, 11, each as real and
-    imaginary views: separate views over contiguous runs let LLVM vectorise loops over them."""
+def run_views(state, start, hi, lo):
+    """The state's four runs of the groups from `start`, (bit hi, bit lo) = 00, 01, 10, 11, each as
+    real and imaginary views: separate views over contiguous runs let LLVM vectorise loops over them."""
     length, o1, o2 = 1 << min(hi, lo), start + (1 << lo), start + (1 << hi)
     o3 = o2 + (1 << lo)
+    re, im = state[0], state[1]
     return (
         re[start : start + length],
         im[start : start + length],
@@ -161,20 +157,23 @@ def group_index(group, hi, lo):
 
 
 @numba.njit(**JIT)
-def apply_block(re, im, u, hi, lo):
-    """(re, im) <- (u on bits hi, lo) (re, im)."""
+def apply_block(state, u, hi, lo):
+    """state <- (u on qubits hi, lo) state."""
     mr, mi = scalars(u)
     small, big = min(hi, lo), max(hi, lo)
     if small >= VECTOR_BITS:
-        for outer in range(0, re.shape[0], 1 << (big + 1)):
+        for outer in range(0, state.shape[1], 1 << (big + 1)):
             for start in range(outer, outer + (1 << big), 1 << (small + 1)):
-                views = run_views(re, im, start, hi, lo)
+                views = run_views(state, start, hi, lo)
                 for j in range(views[0].shape[0]):
                     mix(views, j, mr, mi)
         return
-    for first in range(0, re.shape[0] >> 2, GROUPS_AT_ONCE):
+    for first in range(0, state.shape[1] >> 2, GROUPS_AT_ONCE):
         for group in range(first, first + GROUPS_AT_ONCE):
-            mix_group(re, im, group_index(group, hi, lo), mr, mi)
+            mix_group(state, group_index(group, hi, lo), mr, mi)
+
+
+CHUNK = 256  # amplitudes per run summed in float32 before the transition matrix takes them in double
 
 
 @numba.njit(inline="always", **JIT)
@@ -218,16 +217,17 @@ def add_transition(total, p, q):
 
 
 @numba.njit(**JIT)
-def unapply_with_transition(psi, lam, u, hi, lo, total):
-    """One pass over both states (each a pair of planes): psi <- u^dagger psi; lam <- u^dagger lam; adds
-    sum over the other bits of psi_r conj(lam_c), both after the step, to total[r] (4 complex as 8 floats)."""
-    mr, mi = scalars(np.conj(u.T))
+def unapply_with_transition(psi, lam, u, hi, lo):
+    """One pass over both states: psi <- u^dagger psi; lam <- u^dagger lam; returns
+    M[r, c] = sum over the other qubits of psi_r conj(lam_c), with lam before the step (complex128 4x4)."""
+    ud = np.conj(u.T)
+    mr, mi = scalars(ud)
     small, big = min(hi, lo), max(hi, lo)
+    total = np.zeros((4, 8))
     if small >= VECTOR_BITS:
-        for outer in range(0, psi[0].shape[0], 1 << (big + 1)):
+        for outer in range(0, psi.shape[1], 1 << (big + 1)):
             for start in range(outer, outer + (1 << big), 1 << (small + 1)):
-                psi_run = run_views(psi[0], psi[1], start, hi, lo)
-                lam_run = run_views(lam[0], lam[1], start, hi, lo)
+                psi_run, lam_run = run_views(psi, start, hi, lo), run_views(lam, start, hi, lo)
                 for first in range(0, psi_run[0].shape[0], CHUNK):
                     p = chunk_views(psi_run, first, first + CHUNK)
                     q = chunk_views(lam_run, first, first + CHUNK)
@@ -236,133 +236,187 @@ def unapply_with_transition(psi, lam, u, hi, lo, total):
                     for j in range(q[0].shape[0]):
                         mix(q, j, mr, mi)
                     add_transition(total, p, q)
+    else:
+        zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        acc = (zero, zero, zero, zero)
+        for first in range(0, psi.shape[1] >> 2, GROUPS_AT_ONCE):
+            for group in range(first, first + GROUPS_AT_ONCE):
+                index = group_index(group, hi, lo)
+                q = mix_group(psi, index, mr, mi)
+                y = mix_group(lam, index, mr, mi)
+                acc = (
+                    accumulate_row(acc[0], q[0], y),
+                    accumulate_row(acc[1], q[1], y),
+                    accumulate_row(acc[2], q[2], y),
+                    accumulate_row(acc[3], q[3], y),
+                )
+        for r in range(4):
+            for c in range(8):
+                total[r, c] += acc[r][c]
+    # summed against lam after the step, lam_after = u^dagger lam_before: M = M_after u^dagger
+    return (total[:, 0::2] + 1j * total[:, 1::2]) @ ud
+
+
+@numba.njit(**JIT)
+def parity(x):
+    x ^= x >> 32
+    x ^= x >> 16
+    x ^= x >> 8
+    x ^= x >> 4
+    x ^= x >> 2
+    x ^= x >> 1
+    return x & 1
+
+
+@numba.njit(**JIT)
+def add_pauli(out, state, weight, flip, signs, y_count):
+    """out += weight * P state for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`'."""
+    w = weight * (1j ** (y_count % 4))
+    wr, wi = np.float32(w.real), np.float32(w.imag)
+    for i in range(state.shape[1]):
+        sign = np.float32(-1.0) if parity(i & signs) else np.float32(1.0)
+        out[0, i ^ flip] += sign * (wr * state[0, i] - wi * state[1, i])
+        out[1, i ^ flip] += sign * (wr * state[1, i] + wi * state[0, i])
+
+
+@numba.njit(**JIT)
+def deposit(value, bits):
+    """The bits of `value`, the k-th put at bit bits[k]."""
+    out = 0
+    for k in range(bits.shape[0]):
+        out |= ((value >> k) & 1) << bits[k]
+    return out
+
+
+RELABEL_RUN_BITS = 10  # relabelling moves runs of up to 2^10 amplitudes at a time
+
+
+@numba.njit(**JIT)
+def relabel_bits(state, bit_map):
+    """In place: the amplitude at index i moves to the index with bit q of i at bit bit_map[q], where
+    bit_map swaps pairs (low, high) of bits, every low below every high (so it is its own inverse).
+    Works chunk by chunk below the lowest high bit: `count` chunks at a time trade their low-bit parts."""
+    lows = np.array([q for q in range(bit_map.shape[0]) if bit_map[q] > q])
+    if lows.shape[0] == 0:
         return
-    zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    acc = (zero, zero, zero, zero)
-    for first in range(0, psi[0].shape[0] >> 2, GROUPS_AT_ONCE):
-        for group in range(first, first + GROUPS_AT_ONCE):
-            index = group_index(group, hi, lo)
-            q = mix_group(psi[0], psi[1], index, mr, mi)
-            y = mix_group(lam[0], lam[1], index, mr, mi)
-            acc = (
-                accumulate_row(acc[0], q[0], y),
-                accumulate_row(acc[1], q[1], y),
-                accumulate_row(acc[2], q[2], y),
-                accumulate_row(acc[3], q[3], y),
-            )
-    for r in range(4):
-        for c in range(8):
-            total[r, c] += acc[r][c]
-
-
-@numba.njit(**JIT)
-def apply_run(tile, circuit, blocks, first, stop):
-    """Blocks first..stop - 1 applied to one tile (a pair of planes)."""
-    for b in range(first, stop):
-        apply_block(tile[0], tile[1], blocks[b], circuit.block_bits[b, 0], circuit.block_bits[b, 1])
-
-
-@numba.njit(**JIT)
-def unapply_run(psi, lam, circuit, blocks, first, stop, transitions):
-    """Blocks stop - 1 down to first un-applied from one tile of psi and of lam, adding to their transitions."""
-    for b in range(stop - 1, first - 1, -1):
-        unapply_with_transition(psi, lam, blocks[b], circuit.block_bits[b, 0], circuit.block_bits[b, 1], transitions[b])
-
-
-@numba.njit(**JIT)
-def tile_buffer(circuit):
-    return np.empty((2, 1 << (circuit.low + circuit.step_bits.shape[1])), np.float32)
-
-
-@numba.njit(**JIT)
-def forward(psi, circuit, blocks, first_step, stop_step, part, parts, buffer):
-    """Steps first_step..stop_step - 1 applied to psi, this part's tiles (of `parts`) only."""
-    for step in range(first_step, stop_step):
-        if circuit.step_relabel[step] >= 0:
-            state_space.relabel_bits(
-                psi, circuit.bit_maps[circuit.step_relabel[step]], circuit.low, part, parts, buffer
-            )
+    highs = bit_map[lows]
+    width, count = 1 << min(highs.min(), RELABEL_RUN_BITS), 1 << lows.shape[0]
+    low_mask, high_mask = deposit(count - 1, lows), deposit(count - 1, highs)
+    at_high = np.array([deposit(t, highs) for t in range(count)])
+    at_low = np.array([deposit(t, lows) for t in range(count)])
+    rests = np.array([v for v in range(width) if v & low_mask == 0])
+    buffer = np.empty((2, count, width), np.float32)
+    for start in range(0, state.shape[1], width):
+        if start & high_mask:
             continue
-        first, stop = circuit.step_start[step], circuit.step_start[step + 1]
-        bits, low = circuit.step_bits[step], circuit.low
-        runs, bases = state_space.tile_layout(circuit.qubits, low, bits)
-        size = buffer.shape[1]
-        for t in range(part, bases.shape[0], parts):
-            if state_space.contiguous(low, bits):
-                base = bases[t]
-                apply_run((psi[0, base : base + size], psi[1, base : base + size]), circuit, blocks, first, stop)
-            else:
-                state_space.gather(psi, bases[t], runs, low, buffer)
-                apply_run((buffer[0], buffer[1]), circuit, blocks, first, stop)
-                state_space.scatter(buffer, bases[t], runs, low, psi)
+        for t in range(count):
+            for plane in range(2):
+                buffer[plane, t] = state[plane, start + at_high[t] : start + at_high[t] + width]
+        for t in range(count):  # chunk t's part with low bits u goes to chunk u's part with low bits t
+            for u in range(count):
+                source, target = at_low[u], start + at_high[u] + at_low[t]
+                for rest in rests:
+                    state[0, target + rest] = buffer[0, t, source + rest]
+                    state[1, target + rest] = buffer[1, t, source + rest]
 
 
 @numba.njit(**JIT)
-def backward(psi, lam, circuit, blocks, first_step, stop_step, part, parts, buffers, transitions):
-    """Steps stop_step - 1 down to first_step un-applied from psi and lam, this part's tiles (of `parts`)
-    only, each block's transition sums added to transitions[block] (see `gradient`)."""
-    for step in range(stop_step - 1, first_step - 1, -1):
-        if circuit.step_relabel[step] >= 0:
-            bit_map = circuit.bit_maps[circuit.step_relabel[step]]
-            state_space.relabel_bits(psi, bit_map, circuit.low, part, parts, buffers[0])
-            state_space.relabel_bits(lam, bit_map, circuit.low, part, parts, buffers[0])
-            continue
-        first, stop = circuit.step_start[step], circuit.step_start[step + 1]
-        bits, low = circuit.step_bits[step], circuit.low
-        runs, bases = state_space.tile_layout(circuit.qubits, low, bits)
-        size = buffers.shape[2]
-        for t in range(part, bases.shape[0], parts):
-            if state_space.contiguous(low, bits):
-                base = bases[t]
-                psi_tile = (psi[0, base : base + size], psi[1, base : base + size])
-                lam_tile = (lam[0, base : base + size], lam[1, base : base + size])
-                unapply_run(psi_tile, lam_tile, circuit, blocks, first, stop, transitions)
-            else:
-                state_space.gather(psi, bases[t], runs, low, buffers[0])
-                state_space.gather(lam, bases[t], runs, low, buffers[1])
-                psi_tile, lam_tile = (buffers[0, 0], buffers[0, 1]), (buffers[1, 0], buffers[1, 1])
-                unapply_run(psi_tile, lam_tile, circuit, blocks, first, stop, transitions)
-                state_space.scatter(buffers[0], bases[t], runs, low, psi)
-                state_space.scatter(buffers[1], bases[t], runs, low, lam)
+def pauli_expectation(state, flip, signs, y_count):
+    """<state| P |state> for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`' (in double)."""
+    total = 0.0 + 0.0j
+    for i in range(state.shape[1]):
+        sign = -1.0 if parity(i & signs) else 1.0
+        j = i ^ flip
+        total += sign * complex(state[0, j], -state[1, j]) * complex(state[0, i], state[1, i])
+    return (total * 1j ** (y_count % 4)).real
 
 
 @numba.njit(**JIT)
-def expectations(psi, readout, out):
-    """out[k] += <psi|O_k|psi>, O_k the sum of the readout's terms t with op[t] == k: coef[t] times a
-    Pauli string (on the bits of the circuit's end)."""
-    for t in range(readout.op.shape[0]):
-        out[readout.op[t]] += readout.coef[t] * state_space.pauli_expectation(
-            psi, readout.flip[t], readout.signs[t], readout.y_count[t]
-        )
-
-
-@numba.njit(**JIT)
-def add_co_state(lam, psi, readout, upstream):
-    """lam += sum_k upstream[k] O_k psi."""
-    for t in range(readout.op.shape[0]):
-        weight = upstream[readout.op[t]] * readout.coef[t]
-        state_space.add_pauli(lam, psi, weight, readout.flip[t], readout.signs[t], readout.y_count[t])
-
-
-@numba.njit(**JIT)
-def gradient(circuit, values, factors, blocks, transitions, grad):
-    """grad[s] += d/d(values[s]) of <psi|O|psi>, from each block's transition sums (psi_r conj(lam_c)
-    summed with both after the block was un-applied)."""
+def simulate(qubits, block_qubits, relabel, bit_maps, blocks):
+    """The state (planes: real, imaginary) after the blocks, from |0...0>."""
+    psi = np.zeros((2, 1 << qubits), np.float32)
+    psi[0, 0] = 1
     for b in range(blocks.shape[0]):
-        # against lam before the step, lam_after = u^dagger lam_before: M = M_after u^dagger
-        m = (transitions[b, :, 0::2] + 1j * transitions[b, :, 1::2]) @ np.conj(blocks[b].T)
+        if relabel[b] >= 0:
+            relabel_bits(psi, bit_maps[relabel[b]])
+        apply_block(psi, blocks[b], block_qubits[b, 0], block_qubits[b, 1])
+    return psi
+
+
+@numba.njit(**JIT)
+def circuit_expectations(
+    qubits,
+    block_qubits,
+    relabel,
+    bit_maps,
+    block_start,
+    kind,
+    symbol,
+    coef,
+    const,
+    kind_eig,
+    kind_proj,
+    values,
+    term_op,
+    term_coef,
+    term_flip,
+    term_signs,
+    term_y,
+    out,
+):
+    """out[k] += <psi|O_k|psi>, psi the circuit's state, O_k as in circuit_gradient."""
+    _, blocks = block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values)
+    psi = simulate(qubits, block_qubits, relabel, bit_maps, blocks)
+    for t in range(term_op.shape[0]):
+        out[term_op[t]] += term_coef[t] * pauli_expectation(psi, term_flip[t], term_signs[t], term_y[t])
+
+
+@numba.njit(**JIT)
+def circuit_gradient(
+    qubits,
+    block_qubits,
+    relabel,
+    bit_maps,
+    block_start,
+    kind,
+    symbol,
+    coef,
+    const,
+    kind_eig,
+    kind_proj,
+    values,
+    term_op,
+    term_coef,
+    term_flip,
+    term_signs,
+    term_y,
+    upstream,
+    grad,
+):
+    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi>, psi the circuit's state.
+
+    O_k is the sum of the terms t with term_op[t] == k: term_coef[t] times a Pauli string (on the bits
+    of the circuit's end)."""
+    factors, blocks = block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values)
+    psi = simulate(qubits, block_qubits, relabel, bit_maps, blocks)
+    lam = np.zeros_like(psi)
+    for t in range(term_op.shape[0]):
+        add_pauli(lam, psi, upstream[term_op[t]] * term_coef[t], term_flip[t], term_signs[t], term_y[t])
+    for b in range(blocks.shape[0] - 1, -1, -1):
+        m = unapply_with_transition(psi, lam, blocks[b], block_qubits[b, 0], block_qubits[b, 1])
+        if relabel[b] >= 0:
+            relabel_bits(psi, bit_maps[relabel[b]])
+            relabel_bits(lam, bit_maps[relabel[b]])
         # d/de of the block (L F(e) R) contributes 2 Re Tr(dF/de . R M L).
-        start, stop = circuit.block_start[b], circuit.block_start[b + 1]
+        start, stop = block_start[b], block_start[b + 1]
         right = np.empty((stop - start + 1, 4, 4), np.complex128)  # right[j]: factors before start + j
         right[0] = np.eye(4, dtype=np.complex128)
         for j in range(stop - start):
             right[j + 1] = factors[start + j] @ right[j]
         left = np.eye(4, dtype=np.complex128)  # factors after f
         for f in range(stop - 1, start - 1, -1):
-            s = circuit.symbol[f]
-            if s >= 0:
-                kind = circuit.kind[f]
-                e = factor_exponent(circuit, f, values)
-                d = factor_matrix(circuit.kind_eig[kind], circuit.kind_proj[kind], e, True)
-                grad[s] += 2.0 * circuit.coef[f] * np.real(np.trace(d @ right[f - start] @ m @ left))
+            if symbol[f] >= 0:
+                e = factor_exponent(f, symbol, coef, const, values)
+                d = factor_matrix(kind_eig[kind[f]], kind_proj[kind[f]], e, True)
+                grad[symbol[f]] += 2.0 * coef[f] * np.real(np.trace(d @ right[f - start] @ m @ left))
             left = left @ factors[f]

@@ -10,7 +10,6 @@ low bits, and the state is relabelled when a block needs one of them (Belady's r
 
 import functools
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import cirq
 import numpy as np
@@ -42,12 +41,14 @@ class Factor:
         return all(np.count_nonzero(p - np.diag(np.diag(p))) == 0 for p in self.proj)
 
 
-class Circuit(NamedTuple):
-    """A circuit as the kernel runs it: its fused blocks, their factors, and its steps (see `kernel`)."""
+@dataclass(frozen=True)
+class Plan:
+    """One circuit's fused blocks and factors, as arrays for `kernel.circuit_gradient`."""
 
     qubits: int
-    low: int  # bits below this hold no block (the qubits parked there wait for a relabelling)
-    block_bits: np.ndarray  # [blocks, 2] int64: the bits (hi, lo) of the block within its step's tile
+    block_qubits: np.ndarray  # [blocks, 2] int64: the bits (hi, lo) the block acts on
+    relabel: np.ndarray  # [blocks] int64: row of bit_maps applied to the state before the block, or -1
+    bit_maps: np.ndarray  # [relabellings, qubits] int64: bit q of every index moves to bit bit_maps[r, q] (swaps)
     block_start: np.ndarray  # [blocks + 1] int64: block b holds factors block_start[b]:block_start[b + 1]
     kind: np.ndarray  # [factors] int64: row of kind_eig / kind_proj
     symbol: np.ndarray  # [factors] int64: index into the symbol names, -1 for a constant
@@ -55,51 +56,32 @@ class Circuit(NamedTuple):
     const: np.ndarray  # [factors] float64
     kind_eig: np.ndarray  # [kinds, 4] float64
     kind_proj: np.ndarray  # [kinds, 4, 4, 4] complex128: projectors in the block's basis
-    step_relabel: np.ndarray  # [steps] int64: row of bit_maps the step applies to the state, or -1: a run
-    step_start: np.ndarray  # [steps + 1] int64: run s applies blocks step_start[s]:step_start[s + 1]
-    step_bits: np.ndarray  # [steps, tile bits - low] int64: the state's bits that a run's tile spans above low
-    bit_maps: np.ndarray  # [relabellings, qubits] int64: bit q of every index moves to bit bit_maps[r, q] (swaps)
-
-
-class Readout(NamedTuple):
-    """A circuit's readouts as the kernel takes them: term t of readout op[t] is coef[t] times the Pauli
-    string with X or Y on flip[t]'s bits, Y or Z on signs[t]'s, y_count[t] of them Y."""
-
-    op: np.ndarray
-    coef: np.ndarray
-    flip: np.ndarray
-    signs: np.ndarray
-    y_count: np.ndarray
-
-
-@dataclass(frozen=True)
-class Plan:
-    circuit: Circuit
     qubit_index: dict  # serialized qubit id -> its bit at the end of the circuit
 
+    def arrays(self) -> tuple:
+        return (
+            self.qubits,
+            self.block_qubits,
+            self.relabel,
+            self.bit_maps,
+            self.block_start,
+            self.kind,
+            self.symbol,
+            self.coef,
+            self.const,
+            self.kind_eig,
+            self.kind_proj,
+        )
 
-@dataclass(frozen=True)
-class Layout:
-    """Where blocks run: on the bits from low_bits up (as far as the state's size allows), in tiles of
-    tile_bits bits: room for the low bits and as many swapped with them, and a whole number of the
-    kernel's groups."""
 
-    low_bits: int = kernel.LOW_BITS
-    tile_bits: int = kernel.TILE_BITS
-
-    def __post_init__(self):
-        if self.tile_bits < max(kernel.MIN_QUBITS, 2 * self.low_bits):
-            raise ValueError(f"tiles of {self.tile_bits} bits are too small for {self.low_bits} low bits")
-
-
-def plan(program: bytes, symbol_names: tuple, layout: Layout = Layout()) -> Plan:
+def plan(program: bytes, symbol_names: tuple) -> Plan:
     """The plan of a serialized program, its symbols numbered as in `symbol_names`. Plans are cached by
     the program's deterministic serialization: TFQ's ops serialize argument maps in varying order."""
-    return _plan(program_pb2.Program.FromString(program).SerializeToString(deterministic=True), symbol_names, layout)
+    return _plan(program_pb2.Program.FromString(program).SerializeToString(deterministic=True), symbol_names)
 
 
 @functools.lru_cache(maxsize=8192)
-def _plan(program: bytes, symbol_names: tuple, layout: Layout) -> Plan:
+def _plan(program: bytes, symbol_names: tuple) -> Plan:
     proto = program_pb2.Program.FromString(program)
     ops = [op for moment in proto.circuit.moments for op in moment.operations]
     ids = sorted({q.id for op in ops for q in op.qubits} | {q for op in ops for q in _controls(op)[0]}, key=_qubit_key)
@@ -109,18 +91,7 @@ def _plan(program: bytes, symbol_names: tuple, layout: Layout) -> Plan:
     missing = {f.symbol for f in factors if f.symbol is not None} - set(names)
     if missing:
         raise ValueError(f"the circuit's symbol(s) {', '.join(sorted(missing))} are not in symbol_names")
-    qubits = max(kernel.MIN_QUBITS, len(ids))
-    return _to_arrays(_fuse(factors, qubits), qubits, names, index, layout)
-
-
-@functools.lru_cache(maxsize=8192)
-def readout(pauli_sums: tuple, qubit_index: tuple) -> Readout:
-    """The readouts of a circuit (its serialized Pauli sums), on the bits of its end."""
-    terms = [(op, *term) for op, pauli_sum in enumerate(pauli_sums) for term in readout_terms(pauli_sum, qubit_index)]
-    columns = list(zip(*terms)) if terms else [()] * 5
-    return Readout(
-        *(np.array(c, dtype) for c, dtype in zip(columns, (np.int64, np.float64, np.int64, np.int64, np.int64)))
-    )
+    return _fuse(factors, max(kernel.MIN_QUBITS, len(ids)), names, index)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -231,7 +202,7 @@ def _op_factors(op, index: dict) -> list[Factor]:
     return factors
 
 
-def _fuse(factors: list[Factor], qubits: int) -> list[tuple[tuple[int, int], list[Factor]]]:
+def _fuse(factors: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
     """Greedy fusion. A non-diagonal two-qubit factor joins the block its qubits last met in if that
     block is on the same pair, else opens a block, taking with it the factors waiting on its qubits.
     Other factors wait: one-qubit ones for their qubit's next block; diagonal two-qubit ones (CZ, ZZ)
@@ -287,13 +258,14 @@ def _fuse(factors: list[Factor], qubits: int) -> list[tuple[tuple[int, int], lis
             blocks.append(((qubit, (qubit + 1) % qubits), []))
             last[qubit] = len(blocks) - 1
         blocks[last[qubit]][1].extend(f for _, f in sorted(rest.items()))
-    return blocks
+    return _to_arrays(blocks, qubits, names, index)
 
 
-def _placement(pairs: list, qubits: int, low: int) -> tuple[list, list[int], list[list[int]], list[int]]:
-    """Bits for each block's qubits, the relabelling before each block (a row of the bit maps, or -1), the
-    bit maps, and each qubit's final bit. The `low` qubits needed last wait on the bits below `low`; when
-    a block needs one, the qubits needed last take the low bits by swapping with the ones leaving them."""
+def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[int], list[list[int]], list[int]]:
+    """Bits for each block's qubits, the relabellings (block index, bit map) on the way, and each qubit's
+    final bit. The `low` qubits needed last wait on the bits below kernel.VECTOR_BITS; when a block
+    needs one, the qubits needed last take the low bits by swapping with the ones leaving them."""
+    low = max(1, min(kernel.VECTOR_BITS, qubits // 2 - 1))
     uses = [[b for b, pair in enumerate(pairs) if q in pair] for q in range(qubits)]
 
     def needed_last(after: int) -> list[int]:
@@ -321,24 +293,6 @@ def _placement(pairs: list, qubits: int, low: int) -> tuple[list, list[int], lis
     return placed, relabel, bit_maps, [bit[q] for q in range(qubits)]
 
 
-def _steps(placed: list, relabel: list[int], qubits: int, low: int, tile_bits: int) -> tuple[list, list, list]:
-    """The steps of the kernel: each relabelling, and between them runs of consecutive blocks whose bits
-    fit in one tile. Returns each step's relabelling (or -1), its first block, and a run's tile bits
-    above `low` (the bits its blocks need, then the lowest others, in order)."""
-    width = min(tile_bits, qubits) - low
-    steps: list[tuple[int, int, set]] = []  # (relabelling or -1, first block, bits)
-    for b, (pair, row) in enumerate(zip(placed, relabel)):
-        if row >= 0:
-            steps.append((row, b, set()))
-        if not steps or steps[-1][0] >= 0 or len(steps[-1][2] | set(pair)) > width:
-            steps.append((-1, b, set()))
-        steps[-1][2].update(pair)
-    tile_bits = [
-        sorted(bits | set(sorted(set(range(low, qubits)) - bits)[: width - len(bits)])) for _, _, bits in steps
-    ]
-    return [row for row, _, _ in steps], [first for _, first, _ in steps], tile_bits
-
-
 def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
     """The factor's projectors in the basis of the block on `pair` (pair[0] the more significant)."""
     if factor.qubits == pair:
@@ -350,7 +304,7 @@ def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
     return tuple(np.kron(np.eye(2), p) for p in factor.proj)
 
 
-def _to_arrays(blocks, qubits: int, names: dict, index: dict, layout: Layout) -> Plan:
+def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
     kinds: dict[bytes, int] = {}
     kind_eig, kind_proj, rows, starts = [], [], [], [0]
     for pair, members in blocks:
@@ -369,18 +323,12 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict, layout: Layout) ->
             )
         starts.append(len(rows))
     kind, symbol, coef, const = zip(*rows) if rows else ((), (), (), ())
-    low = max(1, min(layout.low_bits, qubits // 2 - 1))
-    placed, relabel, bit_maps, final = _placement([pair for pair, _ in blocks], qubits, low)
-    step_relabel, step_first, step_bits = _steps(placed, relabel, qubits, low, layout.tile_bits)
-    step_of_block = np.searchsorted(step_first, np.arange(len(placed)), side="right") - 1
-    block_bits = [
-        [bit if bit < low else low + step_bits[step].index(bit) for bit in pair]
-        for pair, step in zip(placed, step_of_block)
-    ]
-    circuit = Circuit(
+    placed, relabel, bit_maps, final = _placement([pair for pair, _ in blocks], qubits)
+    return Plan(
         qubits=qubits,
-        low=low,
-        block_bits=np.array(block_bits, np.int64).reshape(-1, 2),
+        block_qubits=np.array(placed, np.int64).reshape(-1, 2),
+        relabel=np.array(relabel, np.int64),
+        bit_maps=np.array(bit_maps, np.int64).reshape(-1, qubits),
         block_start=np.array(starts, np.int64),
         kind=np.array(kind, np.int64),
         symbol=np.array(symbol, np.int64),
@@ -388,9 +336,5 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict, layout: Layout) ->
         const=np.array(const, np.float64),
         kind_eig=np.array(kind_eig, np.float64).reshape(-1, 4),
         kind_proj=np.array(kind_proj, np.complex128).reshape(-1, 4, 4, 4),
-        step_relabel=np.array(step_relabel, np.int64),
-        step_start=np.array([*step_first, len(placed)], np.int64),
-        step_bits=np.array(step_bits, np.int64).reshape(len(step_bits), min(layout.tile_bits, qubits) - low),
-        bit_maps=np.array(bit_maps, np.int64).reshape(-1, qubits),
+        qubit_index={q: final[i] for q, i in index.items()},
     )
-    return Plan(circuit, {q: final[i] for q, i in index.items()})
