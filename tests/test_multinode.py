@@ -67,7 +67,8 @@ def test_training_and_inference_jobs_on_a_multi_node_cluster(cluster, tmp_path):
 def test_a_users_model_travels_with_the_jobs_working_folder(cluster, user_project, tmp_path):
     """The user's module is in the job's working folder only: the driver and every worker import it there."""
     url, env = cluster.url, cluster.env
-    options = ("--model", "mymodel:build", "--data", "data", "--workers", 2, "--epochs", 2)
+    options = ("--model", "mymodel:build", "--data", "data", "--validation-data", "data/part-000.parquet")
+    options += ("--workers", 2, "--epochs", 2)
     train = submit(
         url, env, "qml_ray.train", *options, "--storage", tmp_path, "--name", "mine", working_dir=user_project
     )
