@@ -62,4 +62,3 @@ def test_training_and_inference_jobs_on_a_multi_node_cluster(cluster, tmp_path):
     assert (tmp_path / "smoke" / "weights" / "_COMPLETE").is_file()
     jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", url))
     assert sorted(str(job["submission_id"]) for job in jobs) == sorted([train, infer])  # no job of the script's
-
