@@ -165,17 +165,20 @@ def sources(config, run: str) -> tuple[Source, Source | None]:
     return train, validation
 
 
+def splits(config, train: Source, validation: Source | None, columns: list[str] | None = None) -> dict:
+    """The Ray Datasets (lazy) of the training and validation splits: the validation files, or the
+    rows held out of the training data."""
+    if validation is not None:
+        return {"train": read(train, columns), "validation": read(validation, columns)}
+    whole = read(train, columns)
+    return {name: split(whole, config.seed, config.test_fraction, name == "validation") for name in SPLITS}
+
+
 def for_training(config, train: Source, validation: Source | None) -> tuple[dict, dict]:
     """The Ray Datasets of the two splits (circuit and label only), and their row counts."""
-    columns = ["circuit", "label"]
+    datasets = splits(config, train, validation, ["circuit", "label"])
     if validation is not None:
-        datasets = {"train": read(train, columns), "validation": read(validation, columns)}
         return datasets, {"train": train.rows, "validation": validation.rows}
-    whole = read(train, columns)
-    datasets = {
-        "train": split(whole, config.seed, config.test_fraction, validation=False),
-        "validation": split(whole, config.seed, config.test_fraction, validation=True),
-    }
     return datasets, {name: dataset.count() for name, dataset in datasets.items()}
 
 

@@ -166,14 +166,6 @@ def write_predictions(predictions, run: str) -> str:
     return out
 
 
-def validation_rows(config: config_lib.Config, train: datasets.Source, validation: datasets.Source | None):
-    """A run's validation data as a Ray Dataset: its validation files, or the rows held out of
-    its training data."""
-    if validation is not None:
-        return datasets.read(validation)
-    return datasets.split(datasets.read(train), config.seed, config.test_fraction, validation=True)
-
-
 def scores(model, predictions) -> dict:
     """The model's compiled loss and metrics over the predictions' `label` and `prediction` columns."""
     import tensorflow as tf
@@ -227,7 +219,7 @@ def infer(
             f"an inference actor's state vectors ({config.qubits} qubits)",
             "run inference on a cluster with more memory per node",
         )
-        rows = datasets.read(source) if data else validation_rows(config, *splits)
+        rows = datasets.read(source) if data else datasets.splits(config, *splits)["validation"]
         predictions = predictions_of(run, rows, actors, batch_size)
     predictions = without_bad_rows(predictions)
     out = write_predictions(predictions, run)
