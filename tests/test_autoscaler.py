@@ -98,7 +98,11 @@ def autoscaling_cluster(tmp_path):
         yield gcs
     finally:
         os.killpg(head.pid, signal.SIGTERM)
-        head.wait(timeout=60)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a loaded machine: `ray start --block` may not finish its stop in time
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=60)
         for pid in cluster_processes(port):  # the worker nodes the autoscaler left, if any
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not cluster_processes(port), 30, "the cluster's processes did not stop")

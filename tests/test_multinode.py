@@ -62,3 +62,18 @@ def test_training_and_inference_jobs_on_a_multi_node_cluster(cluster, tmp_path):
     assert (tmp_path / "smoke" / "weights" / "_COMPLETE").is_file()
     jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", url))
     assert sorted(str(job["submission_id"]) for job in jobs) == sorted([train, infer])  # no job of the script's
+
+
+def test_a_users_model_travels_with_the_jobs_working_folder(cluster, user_project, tmp_path):
+    """The user's module and data are in the job's working folder only: the driver, every worker
+    and every Ray Data task find them there."""
+    url, env = cluster.url, cluster.env
+    options = ("--model", "mymodel:build", "--data", "data", "--workers", 2, "--epochs", 2)
+    train = submit(
+        url, env, "qml_ray.train", *options, "--storage", tmp_path, "--name", "mine", working_dir=user_project
+    )
+    logs = ray_cli(env, "job", "logs", train, "--address", url)
+    assert "succeeded" in ray_cli(env, "job", "status", train, "--address", url).lower(), logs[-3000:]
+    assert re.findall(r"^epoch (\d)/2  loss", logs, re.M) == ["1", "2"]
+    infer = submit(url, env, "qml_ray.infer", "--run", tmp_path / "mine", working_dir=user_project)
+    assert re.search(r"^loss \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)
