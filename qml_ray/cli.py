@@ -9,7 +9,15 @@ from qml_ray import config as config_lib, interrupts
 from qml_ray.errors import ENVIRONMENT_STATUS, USAGE_STATUS, EnvironmentProblem, UsageError, one_line
 
 # The value a config key's flag takes, where its type does not say it well (the rest: N, or true|false).
-_METAVARS = {"test_fraction": "FRACTION", "learning_rate": "RATE", "storage": "PATH", "profile_steps": "START,STOP"}
+_METAVARS = {
+    "model": "MODULE:FUNCTION",
+    "data": "PATH",
+    "validation_data": "PATH",
+    "test_fraction": "FRACTION",
+    "learning_rate": "RATE",
+    "storage": "PATH",
+    "profile_steps": "START,STOP",
+}
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -54,8 +62,7 @@ def flag(key: str) -> str:
 def _metavar(key: str) -> str:
     if key in config_lib.CHOICES:
         return "|".join(config_lib.CHOICES[key])
-    kind = config_lib.FIELDS[key].type
-    return _METAVARS.get(key, "true|false" if kind is bool else "N")
+    return _METAVARS.get(key, "true|false" if config_lib.kind(key) is bool else "N")
 
 
 def _shown(default) -> str:

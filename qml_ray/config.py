@@ -1,11 +1,17 @@
-"""The run configuration: one YAML file drives the laptop run and the cluster."""
+"""The run configuration: one YAML file drives the laptop run and the cluster.
 
-import dataclasses
-import math
-from dataclasses import dataclass
+pydantic validates it (types, bounds, choices, unknown keys); every failure becomes one
+UsageError line naming the key.
+"""
+
+import reprlib
+import typing
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
+import pydantic
 import yaml
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from qml_ray import safe_yaml, storage
 from qml_ray.errors import UsageError
@@ -19,23 +25,35 @@ STATES_PER_CIRCUIT = 3
 AMPLITUDE_BYTES = 8
 
 
-def _key(default, meaning: str):
-    """A config key: its built-in default and what it means (also the help of its command-line flag)."""
-    return dataclasses.field(default=default, metadata={"doc": meaning})
+def _not_a_bool(value):
+    """YAML's true and false as text, which no number parses (pydantic would read them as 1 and 0)."""
+    return str(value).lower() if isinstance(value, bool) else value
 
 
-@dataclass(frozen=True)
-class Config:
+Whole = Annotated[int, BeforeValidator(_not_a_bool)]
+Number = Annotated[float, BeforeValidator(_not_a_bool)]
+
+
+def _key(default, meaning: str, **bounds):
+    """A config key: its built-in default, what it means (also the help of its command-line flag)
+    and the bounds of its value."""
+    return Field(default, description=meaning, **bounds)
+
+
+class Config(pydantic.BaseModel):
     """Everything that defines a training run: one YAML file, every key a command-line flag too."""
+
+    # Frozen; unknown keys refused; a number where text is meant (`profile_steps: 5`) read as text.
+    model_config = ConfigDict(frozen=True, extra="forbid", coerce_numbers_to_str=True, protected_namespaces=())
 
     model: str = _key(
         DEFAULT_MODEL,
         "MODULE:FUNCTION returning the compiled tf.keras model to train (its parameters: params, and the "
         "config keys it names); the default is the built-in QCNN",
     )
-    params: dict = dataclasses.field(
+    params: dict[str, Any] = Field(
         default_factory=dict,
-        metadata={"doc": "the model function's parameters, a mapping (flag: --param KEY=VALUE, repeatable)"},
+        description="the model function's parameters, a mapping (flag: --param KEY=VALUE, repeatable)",
     )
     data: str = _key(
         "",
@@ -45,30 +63,32 @@ class Config:
     validation_data: str = _key(
         "", "Parquet file or folder to validate on; empty: test_fraction of the rows of `data`, split by seed"
     )
-    qubits: int = _key(8, f"qubits of the cluster state the circuits run on (4..{MAX_QUBITS}; odd counts too)")
-    layers: int = _key(1, "quantum convolution + pooling layers, from 1 to what the qubits allow (3 for 8 qubits)")
-    examples: int = _key(160, "excitation circuits in the data set, training and test together (at least 10)")
-    test_fraction: float = _key(0.3, "share of the examples held out for testing (validation), between 0 and 1")
-    seed: int = _key(0, "seeds the data set, the weight initialisation and the shuffling")
-    epochs: int = _key(50, "passes over the training examples")
-    batch_size: int = _key(32, "examples per step on each worker; the global batch is batch_size x workers")
-    learning_rate: float = _key(0.02, "Adam's learning rate")
-    hidden_activation: str = _key(
+    qubits: Whole = _key(
+        8, f"qubits of the cluster state the circuits run on (4..{MAX_QUBITS}; odd counts too)", ge=4, le=MAX_QUBITS
+    )
+    layers: Whole = _key(1, "quantum convolution + pooling layers, from 1 to what the qubits allow (3 for 8 qubits)")
+    examples: Whole = _key(160, "excitation circuits in the data set, training and test together (at least 10)", ge=10)
+    test_fraction: Number = _key(0.3, "share of the examples held out for testing (validation), between 0 and 1")
+    seed: Whole = _key(0, "seeds the data set, the weight initialisation and the shuffling", ge=0)
+    epochs: Whole = _key(50, "passes over the training examples", ge=1)
+    batch_size: Whole = _key(32, "examples per step on each worker; the global batch is batch_size x workers", ge=1)
+    learning_rate: Number = _key(0.02, "Adam's learning rate", gt=0, allow_inf_nan=False)
+    hidden_activation: Literal["linear", "relu"] = _key(
         "linear",
         "activation of the Dense(8) layer between the quantum readouts and "
         "the output: linear (the tutorial's model) or relu",
     )
-    differentiator: str = _key(
+    differentiator: Literal["auto", "block", "tfq"] = _key(
         "auto",
         "quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's "
         "Adjoint), or auto: block from 14 qubits, tfq below",
     )
-    workers: int = _key(1, "Ray Train workers, one MultiWorkerMirroredStrategy replica each")
-    cpus_per_worker: int = _key(1, "Ray CPUs per worker; also sizes its TensorFlow thread pools")
-    checkpoint_every: int = _key(5, "epochs between checkpoints (the last epoch always is one)")
-    max_failures: int = _key(3, "times Ray Train restarts the workers from the last checkpoint after a failure")
-    capacity_timeout: int = _key(
-        0, "seconds to wait for the cluster to grow to the workers (autoscaling); 0 fails at once"
+    workers: Whole = _key(1, "Ray Train workers, one MultiWorkerMirroredStrategy replica each", ge=1)
+    cpus_per_worker: Whole = _key(1, "Ray CPUs per worker; also sizes its TensorFlow thread pools", ge=1)
+    checkpoint_every: Whole = _key(5, "epochs between checkpoints (the last epoch always is one)", ge=1)
+    max_failures: Whole = _key(3, "times Ray Train restarts the workers from the last checkpoint after a failure", ge=0)
+    capacity_timeout: Whole = _key(
+        0, "seconds to wait for the cluster to grow to the workers (autoscaling); 0 fails at once", ge=0
     )
     storage: str = _key("runs", "where the run folders live: a local folder or gs://BUCKET/PREFIX")
     size_thread_pools: bool = _key(
@@ -81,27 +101,21 @@ class Config:
         "START,STOP (or one STEP): trace these training steps, counted from 1, "
         "into rank 0's TensorBoard logs; empty: off",
     )
-    profiler_port: int = _key(
+    profiler_port: Whole = _key(
         0, "on-demand TensorFlow profiler server on each worker at this port + its local rank; 0: off"
     )
 
-    def validate(self) -> "Config":
-        """Return self, or raise UsageError naming the first bad value."""
-        _require(self.qubits >= 4, "qubits must be at least 4")
-        _require(self.qubits <= MAX_QUBITS, f"qubits must be at most {MAX_QUBITS}: no machine holds the state vectors")
+    @pydantic.field_validator("params", mode="before")
+    @classmethod
+    def _empty_params(cls, value):
+        return {} if value is None else value  # `params:` left empty in a file
+
+    @pydantic.model_validator(mode="after")
+    def _consistent(self) -> "Config":
+        """The checks across keys, and those whose message says more than a bound."""
         most = max_layers(self.qubits)
         _require(1 <= self.layers <= most, f"layers must be 1..{most} for {self.qubits} qubits")
         _require(0 < self.test_fraction < 1, "test_fraction must be between 0 and 1")
-        _require(self.examples >= 10, "examples must be at least 10")
-        _require(self.seed >= 0, "seed must be 0 or more")
-        for name in ("epochs", "batch_size", "workers", "cpus_per_worker", "checkpoint_every"):
-            _require(getattr(self, name) >= 1, f"{name} must be at least 1")
-        _require(self.max_failures >= 0, "max_failures must be 0 or more")
-        _require(self.capacity_timeout >= 0, "capacity_timeout must be 0 or more")
-        _require(0 < self.learning_rate < math.inf, "learning_rate must be a positive number")
-        for key, allowed in CHOICES.items():
-            value = getattr(self, key)
-            _require(value in allowed, f"{key} must be one of {', '.join(allowed)}, got {value!r}")
         _require(bool(self.storage), "storage must not be empty")
         self.profile_range()
         top = 65535 - self.workers  # room for port + local rank
@@ -116,7 +130,6 @@ class Config:
             if location:
                 storage.check_location(location)
         _require(not self.validation_data or self.data, "validation_data needs data (the training data) too")
-        _require(all(isinstance(key, str) for key in self.params), "params must map names to values")
         return self
 
     def profile_range(self) -> tuple[int, int] | None:
@@ -134,23 +147,33 @@ class Config:
         return steps[0], steps[-1]
 
     def replace(self, **changes) -> "Config":
-        return dataclasses.replace(self, **changes).validate()
+        return from_mapping({**asdict(self), **changes})
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(asdict(self), sort_keys=False)
 
 
 def asdict(config: Config) -> dict:
-    return dataclasses.asdict(config)
+    return config.model_dump()
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-CHOICES = {"differentiator": ("auto", "block", "tfq"), "hidden_activation": ("linear", "relu")}
+FIELDS = Config.model_fields
+CHOICES = {
+    key: typing.get_args(f.annotation) for key, f in FIELDS.items() if typing.get_origin(f.annotation) is Literal
+}
 
 
 def doc(key: str) -> str:
     """What a config key means."""
-    return FIELDS[key].metadata["doc"]
+    return FIELDS[key].description
+
+
+def kind(key: str) -> type:
+    """The Python type of a config key's values (int, float, str, bool, dict; str for a choice)."""
+    annotation = FIELDS[key].annotation
+    if typing.get_origin(annotation) is Literal:
+        return str
+    return typing.get_origin(annotation) or annotation
 
 
 def state_bytes(qubits: int, threads: int) -> int:
@@ -174,10 +197,37 @@ def max_layers(qubits: int) -> int:
 
 
 def from_mapping(values: dict) -> Config:
-    """Build a validated Config from a mapping, rejecting unknown keys and wrong types."""
-    unknown = sorted(set(values) - set(FIELDS))
-    _require(not unknown, f"unknown config key(s): {', '.join(unknown)}")
-    return Config(**{k: _coerce(k, v) for k, v in values.items()}).validate()
+    """Build a validated Config from a mapping, or a UsageError naming the first bad key."""
+    try:
+        return Config(**values)
+    except pydantic.ValidationError as err:
+        raise UsageError(_first_problem(err.errors(include_url=False))) from None
+
+
+def _first_problem(errors: list[dict]) -> str:
+    """One line for what pydantic found: the unknown keys, else the first bad value."""
+    unknown = [str(error["loc"][0]) for error in errors if error["type"] == "extra_forbidden"]
+    if unknown:
+        return f"unknown config key(s): {', '.join(sorted(unknown))}"
+    error = errors[0]
+    key, value, bounds = error["loc"][0], error["input"], error.get("ctx", {})
+    if key == "params" and len(error["loc"]) > 1:
+        return "params must map names to values"
+    expected = _EXPECTED.get(error["type"], _expected_kind(key)).format(**bounds)
+    return f"{key} must be {expected}, got {reprlib.repr(value)}"
+
+
+_EXPECTED = {  # what a value must be, by pydantic's error type (its context fills the braces)
+    "greater_than_equal": "at least {ge}",
+    "greater_than": "more than {gt}",
+    "less_than_equal": "at most {le}",
+    "finite_number": "a finite number",
+    "literal_error": "one of {expected}",
+}
+
+
+def _expected_kind(key: str) -> str:
+    return _KIND_NAMES[kind(key)]
 
 
 def load(path: str | Path) -> Config:
@@ -202,33 +252,6 @@ def of_run(run: str) -> Config:
     values = safe_yaml.load(storage.read_text(path), path)
     _require(isinstance(values, dict), f"{path} must hold a mapping of keys to values")
     return from_mapping(values)
-
-
-def _coerce(key: str, value):
-    """`value` as the key's type, or a UsageError. Flags give text ("4", "0.1", "false"), and YAML
-    reads `profile_steps: 5` as a number."""
-    kind = FIELDS[key].type
-    if isinstance(value, str) and kind is not str:
-        value = _from_text(value, kind)
-    elif isinstance(value, int) and not isinstance(value, bool) and kind in (float, str):
-        value = kind(value)
-    elif value is None and kind is dict:  # `params:` left empty in a file
-        value = {}
-    _require(
-        isinstance(value, kind) and isinstance(value, bool) == (kind is bool),
-        f"{key} must be {_KIND_NAMES[kind]}, got {value!r}",
-    )
-    return value
-
-
-def _from_text(text: str, kind: type):
-    """A flag's text as a `kind`, or the text itself when it is none."""
-    if kind is bool:
-        return {"true": True, "false": False}.get(text.lower(), text)
-    try:
-        return kind(text)
-    except ValueError:
-        return text
 
 
 _KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", dict: "a mapping"}

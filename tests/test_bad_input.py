@@ -165,8 +165,8 @@ MISTAKES = [
     mistake("train", "--layers", "9", message="layers must be 1..3 for 8 qubits", id="train-layers-9"),
     mistake("train", "--resume", message="--resume needs the --name", id="train-resume-without-name"),
     mistake("train", "--learning-rate", "fast", message="learning_rate must be a number", id="train-rate-text"),
-    mistake("train", "--learning-rate", "inf", message="learning_rate must be a positive number", id="train-rate-inf"),
-    mistake("train", "--seed", "-1", message="seed must be 0 or more", id="train-seed-negative"),
+    mistake("train", "--learning-rate", "inf", message="learning_rate must be a finite number", id="train-rate-inf"),
+    mistake("train", "--seed", "-1", message="seed must be at least 0", id="train-seed-negative"),
     mistake("train", "--test-fraction", "1.5", message="test_fraction must be between 0 and 1", id="train-fraction"),
     mistake(
         "train", "--size-thread-pools", "maybe", message="size_thread_pools must be true or false", id="train-bool"

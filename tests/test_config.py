@@ -69,7 +69,7 @@ def test_yaml_round_trip():
         ({"learning_rate": "fast"}, "learning_rate must be a number"),
         ({"layers": 4, "qubits": 8}, "layers must be 1..3 for 8 qubits"),
         ({"test_fraction": 1.0}, "test_fraction must be between 0 and 1"),
-        ({"size_thread_pools": "yes"}, "size_thread_pools must be true or false, got 'yes'"),
+        ({"size_thread_pools": "maybe"}, "size_thread_pools must be true or false, got 'maybe'"),
         ({"profile_steps": "8,5"}, "profile_steps must be START,STOP (1 <= START <= STOP) or one step, got '8,5'"),
         ({"profile_steps": "0"}, "profile_steps must be START,STOP"),
         ({"profile_steps": "5-8"}, "profile_steps must be START,STOP"),

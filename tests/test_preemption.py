@@ -31,9 +31,10 @@ STEPS = math.ceil(config_lib.split_sizes(SMOKE_CONFIG)[0] / 2 / SMOKE_CONFIG.bat
 ALIVE_TRAINING_WORKERS = "list actors --filter class_name=RayTrainWorker --filter state=ALIVE --detail --format json"
 
 
-def train_command(storage: Path, name: str, checkpoint_every: int = CHECKPOINT_EVERY) -> tuple:
-    """The smoke config, with more epochs, as the RayJob runs it (--resume)."""
-    options = ("--workers", 2, "--epochs", EPOCHS, "--checkpoint-every", checkpoint_every)
+def train_command(storage: Path, name: str, checkpoint_every: int = CHECKPOINT_EVERY, model: tuple = ()) -> tuple:
+    """The smoke config, with more epochs, as the RayJob runs it (--resume); `model`: the options
+    of a user's model and data instead of the QCNN's."""
+    options = ("--workers", 2, "--epochs", EPOCHS, "--checkpoint-every", checkpoint_every, *model)
     return ("qml_ray.train", "--config", SMOKE, *options, "--storage", storage, "--name", name, "--resume")
 
 
@@ -142,10 +143,14 @@ def assert_every_epoch_once(run: Path) -> None:
 
 
 def test_training_rides_through_the_loss_of_a_worker_node(cluster, tmp_path):
+    """A model and data of the user's own (the classifier example), not the QCNN."""
+    from examples import hea_classifier
+
     run, hold = tmp_path / "node-lost", tmp_path / "hold"
-    job = submit(
-        cluster.url, cluster.env, *train_command(tmp_path, "node-lost"), wait=False, env_vars=held_after(4, hold)
-    )
+    hea_classifier.make_data(str(tmp_path / "data"))
+    model = ("--model", "examples.hea_classifier:classifier", "--data", tmp_path / "data", "--batch-size", 16)
+    command = train_command(tmp_path, "node-lost", model=model)
+    job = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(4, hold))
     raylet = training_worker_raylets(cluster)[0]
     last_before = wait_for_epoch(run, 4)
     os.kill(raylet, signal.SIGKILL)  # a spot node taken away

@@ -2,16 +2,16 @@
 qml_ray.fit, streamed to the workers by Ray Data in shards, then inferred; and the two examples."""
 
 import hashlib
+import re
 from pathlib import Path
 
 import cirq
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
-import pytest
 import tensorflow_quantum as tfq
 
-from qml_ray import datasets, storage
+from qml_ray import config as config_lib, datasets, storage
 
 from conftest import FILES, ROWS_PER_FILE, run_command
 
@@ -112,20 +112,37 @@ def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path):
     assert storage.is_complete(out)
 
 
-@pytest.mark.parametrize(
-    "example, function, metric",
-    [("hea_classifier", "classifier", "accuracy"), ("regression", "regressor", "mae")],
-)
-def test_example_trains_on_two_workers_and_infers(example, function, metric, tmp_path):
-    import importlib
+def test_the_classifier_example_trains_on_two_workers_and_infers(tmp_path):
+    from examples import hea_classifier
 
-    importlib.import_module(f"examples.{example}").make_data(str(tmp_path / "data"))
-    options = ("--workers", 2, "--epochs", 6, "--batch-size", 16, "--storage", tmp_path / "runs", "--name", example)
-    done = run_command("train", "--model", f"examples.{example}:{function}", "--data", tmp_path / "data", *options)
+    hea_classifier.make_data(str(tmp_path / "data"))
+    options = ("--workers", 2, "--epochs", 6, "--batch-size", 16, "--storage", tmp_path / "runs", "--name", "hea")
+    done = run_command("train", "--model", "examples.hea_classifier:classifier", "--data", tmp_path / "data", *options)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    history = pd.read_csv(tmp_path / "runs" / example / storage.HISTORY)
-    assert history["loss"].iloc[-1] < history["loss"].iloc[0]
-    assert f"val_{metric}" in history
-    done = run_command("infer", "--run", tmp_path / "runs" / example, "--data", tmp_path / "data")
+    history = pd.read_csv(tmp_path / "runs" / "hea" / storage.HISTORY)
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0] and "val_accuracy" in history
+    done = run_command("infer", "--run", tmp_path / "runs" / "hea", "--data", tmp_path / "data")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"  {metric} " in done.stdout.splitlines()[-1]
+    assert re.fullmatch(r"loss \d\.\d+  accuracy \d\.\d+", done.stdout.splitlines()[-1])
+
+
+def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_best(tmp_path):
+    """Ray Tune trials of a user's model: one per value of one of its own parameters."""
+    from examples import regression
+
+    regression.make_data(str(tmp_path / "data"))
+    options = ("--data", tmp_path / "data", "--grid", "param.readout_layers=1,2", "--epochs", 4, "--batch-size", 16)
+    done = run_command(
+        "sweep", "--model", "examples.regression:regressor", *options, "--storage", tmp_path, "--name", "layers"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "layers" / "results.csv")
+    assert len(table) == 2 and set(table["state"]) == {"finished"} and (table["epochs"] == 4).all()
+    for run in table["run"]:
+        trial = config_lib.of_run(run)
+        assert trial.model == "examples.regression:regressor" and trial.params["readout_layers"] in (1, 2)
+        assert "val_mae" in pd.read_csv(Path(run) / storage.HISTORY)
+    assert sorted(config_lib.of_run(run).params["readout_layers"] for run in table["run"]) == [1, 2]
+    done = run_command("infer", "--run", table["run"].iloc[0], "--data", tmp_path / "data")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.fullmatch(r"loss \d\.\d+  mae \d\.\d+", done.stdout.splitlines()[-1])
