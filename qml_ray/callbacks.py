@@ -30,7 +30,6 @@ from qml_ray.config import Config
 
 PROGRESS_SECONDS = 30  # the shortest time between two of an epoch's progress lines
 # A history row: the epoch, the model's own metrics (loss, its compiled metrics, val_ each), then these.
-TIMING_FIELDS = ("epoch_seconds", "circuits_per_second", "finished_at")  # finished_at: Unix time, restarts show as gaps
 RAY_METRICS = {  # the history's keys exported as Ray metrics (every model has them), and what each means
     "epoch": "epochs trained",
     "loss": "the last epoch's training loss",
@@ -84,7 +83,7 @@ class EpochClock(tf.keras.callbacks.Callback):
 
 
 class MetricsHistory(tf.keras.callbacks.Callback):
-    """The history: each epoch's row (the epoch, the model's metrics, TIMING_FIELDS) appended to
+    """The history: each epoch's row (the epoch, the model's metrics, storage.TIMING_FIELDS) appended to
     `rows`, which start with the epochs trained before (restored from a checkpoint). An epoch of
     `steps` steps trains on `train_examples` circuits; one resumed mid-way (after a drain) on its
     remaining steps' share."""
@@ -123,7 +122,7 @@ class ConsoleLine(tf.keras.callbacks.Callback):
         metrics = "  ".join(
             f"{key} {value:.4f}" if "loss" in key or "error" in key else f"{key} {value:.3f}"
             for key, value in row.items()
-            if key not in ("epoch", *TIMING_FIELDS)
+            if key not in ("epoch", *storage.TIMING_FIELDS)
         )
         self.say(
             f"epoch {row['epoch']}/{self.epochs}  {metrics}  "

@@ -213,20 +213,24 @@ def _first_problem(errors: list[dict]) -> str:
     key, value, bounds = error["loc"][0], error["input"], error.get("ctx", {})
     if key == "params" and len(error["loc"]) > 1:
         return "params must map names to values"
-    expected = _EXPECTED.get(error["type"], _expected_kind(key)).format(**bounds)
-    return f"{key} must be {expected}, got {reprlib.repr(value)}"
+    if error["type"] in _BOUNDS:  # the value was read: the bound says what is wrong with it
+        return f"{key} must be {_BOUNDS[error['type']].format(**bounds)}"
+    return f"{key} must be {_expected(key, error['type'], bounds)}, got {reprlib.repr(value)}"
 
 
-_EXPECTED = {  # what a value must be, by pydantic's error type (its context fills the braces)
+_BOUNDS = {  # what a value must be, by pydantic's error type (its context fills the braces)
     "greater_than_equal": "at least {ge}",
     "greater_than": "more than {gt}",
     "less_than_equal": "at most {le}",
-    "finite_number": "a finite number",
-    "literal_error": "one of {expected}",
 }
 
 
-def _expected_kind(key: str) -> str:
+def _expected(key: str, kind_of_error: str, context: dict) -> str:
+    """What a value of `key` must be, when it is not even of the key's type."""
+    if kind_of_error == "finite_number":
+        return "a finite number"
+    if kind_of_error == "literal_error":
+        return f"one of {context['expected']}"
     return _KIND_NAMES[kind(key)]
 
 

@@ -8,8 +8,9 @@ import pandas as pd
 
 from qml_ray import storage
 
-# The metrics a trial reports every epoch, and which way is better.
-MODES = {"val_loss": "min", "val_accuracy": "max", "loss": "min", "accuracy": "max"}
+# What --early-stop may judge trials on: metrics most compiled Keras models report.
+EARLY_STOP_METRICS = ("val_loss", "val_accuracy", "loss", "accuracy")
+MAXIMISED = ("accuracy", "auc", "precision", "recall")  # Keras metrics for which higher is better
 RESULTS_CSV, RESULTS_MD, CURVES = "results.csv", "results.md", "curves.png"
 
 
@@ -17,24 +18,30 @@ def history(run: str) -> pd.DataFrame:
     """A run's metrics.csv (no rows when it has none yet)."""
     path = storage.join(run, storage.HISTORY)
     if not storage.exists(path):
-        return pd.DataFrame(columns=["epoch", *MODES, "epoch_seconds"])
+        return pd.DataFrame(columns=["epoch", "loss", "val_loss", *storage.TIMING_FIELDS])
     return pd.read_csv(io.StringIO(storage.read_text(path)))
+
+
+def mode(metric: str) -> str:
+    """Which way is better for a metric: "max" (accuracy, auc, ...) or "min" (losses, errors)."""
+    return "max" if any(word in metric for word in MAXIMISED) else "min"
 
 
 def trial_row(name: str, keys: dict, run: str, epochs: int, error: str = "") -> dict:
     """A trial's row: its swept keys, state, epochs trained, training seconds (the sum of its
-    epochs'), and its metrics at the last epoch (final_) and at their best (best_)."""
+    epochs'), and each of its model's metrics at the last epoch (final_) and at its best (best_)."""
     rows = history(run)
     done = len(rows)
     state = f"failed: {error}" if error else "finished" if done >= epochs else f"stopped early at epoch {done}"
-    best = {key: (rows[key].min() if mode == "min" else rows[key].max()) for key, mode in MODES.items()}
+    metrics = [column for column in rows.columns if column not in ("epoch", *storage.TIMING_FIELDS)]
+    best = {key: (rows[key].min() if mode(key) == "min" else rows[key].max()) for key in metrics}
     return {
         "trial": name,
         **keys,
         "state": state,
         "epochs": done,
         "seconds": round(float(rows["epoch_seconds"].sum()), 1),
-        **{f"final_{key}": float(rows[key].iloc[-1]) if done else math.nan for key in MODES},
+        **{f"final_{key}": float(rows[key].iloc[-1]) if done else math.nan for key in metrics},
         **{f"best_{key}": float(value) for key, value in best.items()},
         "run": run,
     }
@@ -44,16 +51,18 @@ def line(row: dict, metric: str) -> str:
     """One console line about a finished (or stopped, or failed) trial."""
     if not row["epochs"]:
         return f"trial {row['trial']}: {row['state']}"
-    return (
-        f"trial {row['trial']}: {row['state']}, {row['epochs']} epochs, {row['seconds']:.0f} s, "
-        f"{metric} {row[f'final_{metric}']:.4f} (best {row[f'best_{metric}']:.4f})"
-    )
+    line = f"trial {row['trial']}: {row['state']}, {row['epochs']} epochs, {row['seconds']:.0f} s"
+    if f"final_{metric}" not in row:  # the model reports no such metric
+        return line
+    return f"{line}, {metric} {row[f'final_{metric}']:.4f} (best {row[f'best_{metric}']:.4f})"
 
 
 def ranked(rows: list[dict], metric: str) -> pd.DataFrame:
     """The rows, best trial first by the best value of `metric` (trials without any last)."""
     table = pd.DataFrame(rows)
-    return table.sort_values(f"best_{metric}", ascending=MODES[metric] == "min", na_position="last", kind="stable")
+    if f"best_{metric}" not in table:  # no trial's model reports it
+        return table
+    return table.sort_values(f"best_{metric}", ascending=mode(metric) == "min", na_position="last", kind="stable")
 
 
 def write(sweep: str, table: pd.DataFrame) -> None:

@@ -32,6 +32,8 @@ DATA = "data"  # train.parquet and test.parquet
 CHECKPOINTS = "checkpoints"  # Ray Train checkpoints, one folder per checkpointed epoch
 WEIGHTS = "weights"  # the final weights, published when training ends
 HISTORY = "metrics.csv"  # one row per epoch
+# metrics.csv's columns besides the epoch and the model's metrics (finished_at: Unix time, restarts show as gaps)
+TIMING_FIELDS = ("epoch_seconds", "circuits_per_second", "finished_at")
 TENSORBOARD = "tensorboard"  # per-epoch scalars and the readout histogram
 PREDICTIONS = "predictions"  # one folder of Parquet per inference run
 COMPLETE = "_COMPLETE"  # marks a published folder as whole

@@ -14,9 +14,7 @@ import posixpath
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-import ray
 import yaml
 from ray import tune
 
@@ -77,10 +75,10 @@ def parse_args(argv=None):
     )
     sweep.add_argument(
         "--early-stop",
-        choices=list(results.MODES),
+        choices=results.EARLY_STOP_METRICS,
         metavar="METRIC",
         help="stop weak trials early with Tune's ASHA scheduler, judged on METRIC "
-        f"({', '.join(results.MODES)}) at epochs checkpoint_every x 4^k; the results are ranked by it "
+        f"({', '.join(results.EARLY_STOP_METRICS)}) at epochs checkpoint_every x 4^k; the results are ranked by it "
         f"[default: no early stopping, ranked by {DEFAULT_METRIC}]",
     )
     sweep.add_argument(
@@ -252,8 +250,8 @@ class TrialLines(tune.Callback):
         self.print(trial)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        error = Path(trial.pickled_error_file).read_bytes()  # written by the driver before this call
-        self.print(trial, error_text(ray.cloudpickle.loads(error)))
+        error = trial.get_pickled_error() or trial.get_error()  # written by the driver before this call
+        self.print(trial, error_text(error) if error else "failed")
 
     def print(self, trial, error: str = "") -> None:
         print(results.line(trial_row(self.trials[trial_name(trial)], error), self.metric), flush=True)
@@ -286,7 +284,7 @@ def run_tune(sweep: str, trials: list[Trial], at_once: int, metric: str, early_s
         epochs = max(trial.config.epochs for trial in trials)
         grace = min(min(trial.config.checkpoint_every for trial in trials), epochs)
         scheduler = ASHAScheduler(
-            metric=metric, mode=results.MODES[metric], time_attr="epoch", max_t=epochs, grace_period=grace
+            metric=metric, mode=results.mode(metric), time_attr="epoch", max_t=epochs, grace_period=grace
         )
     tuner = tune.Tuner(
         trainable,
@@ -346,7 +344,10 @@ def run_sweep(args, sweep: str, trials: list[Trial], found: bool) -> None:
     results.write(sweep, table)
     best = table.iloc[0]
     print(f"results: {storage.join(sweep, results.RESULTS_MD)}", flush=True)
-    print(f"best trial ({metric} {best[f'best_{metric}']:.4f}): {best['run']}", flush=True)
+    if f"best_{metric}" in best:
+        print(f"best trial ({metric} {best[f'best_{metric}']:.4f}): {best['run']}", flush=True)
+    else:
+        print(f"no trial reports {metric}: results in their order", flush=True)
     if errors:
         print(f"error: {len(errors)} of {len(trials)} trials failed", file=sys.stderr)
         print(f"rerun the command with --resume (--name {posixpath.basename(sweep)}) to retry them", file=sys.stderr)

@@ -7,9 +7,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from qml_ray import claims, runtime
+
 from conftest import SMOKE, ray_cli, submit
 
-EPOCHS = 20  # long enough for the workers to export their metrics while training
+EPOCHS = 3  # the training is held after the first until its exported epoch gauge is scraped
 
 
 def dashboard_get(url: str, path: str):
@@ -39,12 +41,15 @@ def ended(url: str, env: dict, job: str) -> bool:
 def test_training_and_inference_jobs_on_a_multi_node_cluster(cluster, tmp_path):
     url, env = cluster.url, cluster.env
 
+    hold = tmp_path / "hold"
+    hold.write_text("1")
     options = ("--config", SMOKE, "--workers", 2, "--epochs", EPOCHS, "--storage", tmp_path, "--name", "smoke")
-    train = submit(url, env, "qml_ray.train", *options, wait=False)
-    exported = None
-    while exported is None and not ended(url, env, train):
+    train = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={runtime.HOLD_ENV: str(hold)})
+    exported, deadline = None, time.monotonic() + 300
+    while exported is None and not ended(url, env, train) and time.monotonic() < deadline:
         exported = scraped_epoch(url, "smoke")  # ray_qml_ray_epoch{run="smoke"} while it trains
         time.sleep(1)
+    hold.unlink()
     logs = ray_cli(env, "job", "logs", train, "--address", url, "--follow")
     assert "succeeded" in ray_cli(env, "job", "status", train, "--address", url).lower(), logs[-3000:]
     assert exported is not None and 1 <= exported <= EPOCHS
@@ -77,3 +82,27 @@ def test_a_users_model_travels_with_the_jobs_working_folder(cluster, user_projec
     assert re.findall(r"^epoch (\d)/2  loss", logs, re.M) == ["1", "2"]
     infer = submit(url, env, "qml_ray.infer", "--run", tmp_path / "mine", working_dir=user_project)
     assert re.search(r"^loss \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)
+
+
+def test_ray_job_stop_stops_the_training_at_once_and_says_how_to_continue(cluster, tmp_path):
+    """`ray job stop` (SIGTERM to the job's driver, as a RayJob's deletion sends) while the training
+    is held at a step: the job stops within seconds, its log ends with how to continue, the run is
+    free for --resume and nothing in it looks complete."""
+    url, env = cluster.url, cluster.env
+    hold, run = tmp_path / "hold", tmp_path / "stopped"
+    hold.write_text("1")
+    options = ("--config", SMOKE, "--workers", 2, "--storage", tmp_path, "--name", "stopped")
+    job = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={runtime.HOLD_ENV: str(hold)})
+    deadline = time.monotonic() + 300
+    while not Path(f"{hold}.held").exists():
+        assert time.monotonic() < deadline and not ended(url, env, job), "the training was never held"
+        time.sleep(0.5)
+    started = time.monotonic()
+    ray_cli(env, "job", "stop", job, "--address", url)
+    stopped_after = time.monotonic() - started
+    logs = ray_cli(env, "job", "logs", job, "--address", url)
+    assert "stopped" in ray_cli(env, "job", "status", job, "--address", url).lower()
+    assert logs.strip().splitlines()[-1] == "interrupted: continue with --name stopped --resume", logs[-3000:]
+    assert "Traceback" not in logs and stopped_after < 30, stopped_after
+    assert not (run / claims.CLAIM).exists() and not (run / "weights").exists()
+    print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
