@@ -20,6 +20,15 @@ HOLD_ENV = "QML_RAY_HOLD"  # a file: training waits at each step while it exists
 REPORT_POLL_SECONDS = "0.1"
 CONNECT_SECONDS = 10  # how long to wait for a Ray address to answer at all
 PRESTART_ENV = "RAY_prestart_worker_first_driver"  # Ray's setting, read by the raylet a local Ray starts
+# Ray's settings for the raylet of a local Ray: Ray Data's read and split tasks (0 CPUs) run in
+# worker processes of their own, and Ray stops idle workers beyond one per CPU after 1 s, so on a
+# machine whose CPUs the training workers hold, every epoch started a process per task again:
+# 2.6 s of a 4.8 s epoch of configs/bench-16q.yaml here. Idle workers are kept a minute, and
+# starting that many at once is no cause for Ray's warning on the console.
+LOCAL_RAY_SETTINGS = {
+    "RAY_idle_worker_killing_time_threshold_ms": "60000",
+    "RAY_worker_maximum_startup_concurrency": "8",
+}
 
 
 def job_env() -> dict:
@@ -51,7 +60,8 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
         # A new local Ray starts one idle worker process per CPU for its first driver. They lack
         # the job's env vars, so no actor of ours can use them: they would only take CPU from the
         # start (2.5 s of the tutorial config's 28 s here, BENCHMARKS.md section 6).
-        os.environ.setdefault(PRESTART_ENV, "0")
+        for setting, value in {PRESTART_ENV: "0", **LOCAL_RAY_SETTINGS}.items():
+            os.environ.setdefault(setting, value)
     try:
         ray.init(
             address=address,

@@ -13,6 +13,9 @@
 #   RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 ...
 set -euo pipefail
 export RAY_AUTH_MODE=token
+# Keep idle worker processes a minute (Ray: 1 s beyond one per CPU), so Ray Data's 0-CPU tasks do
+# not start new processes every epoch on nodes whose CPUs the training holds (qml_ray/runtime.py).
+export RAY_idle_worker_killing_time_threshold_ms=${RAY_idle_worker_killing_time_threshold_ms:-60000}
 dir=${QML_RAY_CLUSTER_DIR:-/tmp/qml-ray-cluster}
 port=${RAY_PORT:-6380}
 dashboard=${DASHBOARD_PORT:-8265}
