@@ -190,8 +190,9 @@ def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trai
 
 @pytest.mark.usefixtures("gcs_server")
 def test_two_commands_on_one_run_in_cloud_storage_one_is_refused(tmp_path):
-    runs = f"gs://{BUCKET}/two-at-once"
-    winner, refused = two_at_once(runs, held(tmp_path / "hold"))
+    runs, hold = f"gs://{BUCKET}/two-at-once", tmp_path / "hold"
+    winner, refused = two_at_once(runs, held(hold))
+    wait_for(held_now(hold), "the winner's training held")  # its interrupt then says how to continue
     winner.signal(signal.SIGINT)
     winner.end().assert_clean(130, "interrupted: continue with --name r --resume")
     assert not storage.exists(f"{runs}/r/{claims.CLAIM}")
