@@ -127,11 +127,12 @@ def test_the_classifier_example_trains_on_two_workers_and_infers(tmp_path):
 
 
 def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_best(tmp_path):
-    """Ray Tune trials of a user's model: one per value of one of its own parameters."""
+    """Ray Tune trials of a user's model, on 2 workers each: one per value of one of its own parameters."""
     from examples import regression
 
     regression.make_data(str(tmp_path / "data"))
-    options = ("--data", tmp_path / "data", "--grid", "param.readout_layers=1,2", "--epochs", 4, "--batch-size", 16)
+    options = ("--data", tmp_path / "data", "--grid", "param.readout_layers=1,2", "--workers", 2, "--epochs", 4)
+    options += ("--batch-size", 16)
     done = run_command(
         "sweep", "--model", "examples.regression:regressor", *options, "--storage", tmp_path, "--name", "layers"
     )
@@ -141,7 +142,8 @@ def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_bes
     for run in table["run"]:
         trial = config_lib.of_run(run)
         assert trial.model == "examples.regression:regressor" and trial.params["readout_layers"] in (1, 2)
-        assert "val_mae" in pd.read_csv(Path(run) / storage.HISTORY)
+        history = pd.read_csv(Path(run) / storage.HISTORY)
+        assert "val_mae" in history and history["loss"].iloc[-1] < history["loss"].iloc[0]
     assert sorted(config_lib.of_run(run).params["readout_layers"] for run in table["run"]) == [1, 2]
     done = run_command("infer", "--run", table["run"].iloc[0], "--data", tmp_path / "data")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
