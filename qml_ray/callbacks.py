@@ -120,9 +120,8 @@ class ConsoleLine(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         row = self.history.latest
         metrics = "  ".join(
-            f"{key} {value:.4f}" if "loss" in key or "error" in key else f"{key} {value:.3f}"
-            for key, value in row.items()
-            if key not in ("epoch", *storage.TIMING_FIELDS)
+            f"{key} {row[key]:.4f}" if "loss" in key or "error" in key else f"{key} {row[key]:.3f}"
+            for key in storage.metric_names(row)
         )
         self.say(
             f"epoch {row['epoch']}/{self.epochs}  {metrics}  "

@@ -33,7 +33,7 @@ def trial_row(name: str, keys: dict, run: str, epochs: int, error: str = "") -> 
     rows = history(run)
     done = len(rows)
     state = f"failed: {error}" if error else "finished" if done >= epochs else f"stopped early at epoch {done}"
-    metrics = [column for column in rows.columns if column not in ("epoch", *storage.TIMING_FIELDS)]
+    metrics = storage.metric_names(rows.columns)
     best = {key: (rows[key].min() if mode(key) == "min" else rows[key].max()) for key in metrics}
     return {
         "trial": name,

@@ -34,6 +34,13 @@ WEIGHTS = "weights"  # the final weights, published when training ends
 HISTORY = "metrics.csv"  # one row per epoch
 # metrics.csv's columns besides the epoch and the model's metrics (finished_at: Unix time, restarts show as gaps)
 TIMING_FIELDS = ("epoch_seconds", "circuits_per_second", "finished_at")
+
+
+def metric_names(columns) -> list[str]:
+    """The model's own metrics among metrics.csv's columns (or a history row's keys)."""
+    return [column for column in columns if column not in ("epoch", *TIMING_FIELDS)]
+
+
 TENSORBOARD = "tensorboard"  # per-epoch scalars and the readout histogram
 PREDICTIONS = "predictions"  # one folder of Parquet per inference run
 COMPLETE = "_COMPLETE"  # marks a published folder as whole

@@ -250,7 +250,7 @@ class TrialLines(tune.Callback):
         self.print(trial)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        error = trial.get_pickled_error() or trial.get_error()  # written by the driver before this call
+        error = trial.get_pickled_error() or trial.get_error()  # none when Tune itself ended the trial
         self.print(trial, error_text(error) if error else "failed")
 
     def print(self, trial, error: str = "") -> None:

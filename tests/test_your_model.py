@@ -139,12 +139,12 @@ def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_bes
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = pd.read_csv(tmp_path / "layers" / "results.csv")
     assert len(table) == 2 and set(table["state"]) == {"finished"} and (table["epochs"] == 4).all()
+    trials = [config_lib.of_run(run) for run in table["run"]]
+    assert {trial.model for trial in trials} == {"examples.regression:regressor"}
+    assert sorted(trial.params["readout_layers"] for trial in trials) == [1, 2]
     for run in table["run"]:
-        trial = config_lib.of_run(run)
-        assert trial.model == "examples.regression:regressor" and trial.params["readout_layers"] in (1, 2)
         history = pd.read_csv(Path(run) / storage.HISTORY)
         assert "val_mae" in history and history["loss"].iloc[-1] < history["loss"].iloc[0]
-    assert sorted(config_lib.of_run(run).params["readout_layers"] for run in table["run"]) == [1, 2]
     done = run_command("infer", "--run", table["run"].iloc[0], "--data", tmp_path / "data")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.fullmatch(r"loss \d\.\d+  mae \d\.\d+", done.stdout.splitlines()[-1])
