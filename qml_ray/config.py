@@ -83,6 +83,12 @@ class Config(pydantic.BaseModel):
         "quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's "
         "Adjoint), or auto: block from 14 qubits, tfq below",
     )
+    data_in_memory_mb: Whole = _key(
+        256,
+        "a data set of at most this many MB of Parquet is read once and each worker keeps its shard in memory "
+        "(later epochs shuffle it there); a larger one streams from storage every epoch; 0: always stream",
+        ge=0,
+    )
     workers: Whole = _key(1, "Ray Train workers, one MultiWorkerMirroredStrategy replica each", ge=1)
     cpus_per_worker: Whole = _key(1, "Ray CPUs per worker; also sizes its TensorFlow thread pools", ge=1)
     checkpoint_every: Whole = _key(5, "epochs between checkpoints (the last epoch always is one)", ge=1)

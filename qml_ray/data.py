@@ -9,7 +9,6 @@ without Ray, reads it here too, each process its own shard.
 import cirq
 import numpy as np
 import pyarrow as pa
-import tensorflow as tf
 import tensorflow_quantum as tfq
 
 from qml_ray import storage
@@ -52,13 +51,3 @@ def shard(table: pa.Table, rank: int, world_size: int) -> pa.Table:
     """Rows rank, rank + world_size, ... of the first num_rows - num_rows % world_size: equal shards
     that together hold all but those last rows, as Ray Train shards a Ray Dataset."""
     return table.take(np.arange(rank, table.num_rows - table.num_rows % world_size, world_size))
-
-
-def to_tf_dataset(table: pa.Table, batch_size: int, shuffle_seed: int | None = None) -> tf.data.Dataset:
-    """(circuit, label) batches, labels as (rows, 1), reshuffled every epoch when a seed is given."""
-    circuits = tf.constant(table.column("circuit").to_pylist(), dtype=tf.string)
-    labels = tf.constant(table.column("label").to_numpy().reshape(-1, 1), dtype=tf.float32)
-    dataset = tf.data.Dataset.from_tensor_slices((circuits, labels))
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(table.num_rows, seed=shuffle_seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size)

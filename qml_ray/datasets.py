@@ -41,6 +41,10 @@ class Source:
     def paths(self) -> list[str]:
         return [path for path, _, _ in self.files]
 
+    @property
+    def bytes(self) -> int:
+        return sum(size for _, size, _ in self.files)
+
 
 def describe(location: str, needs_label: bool = True) -> Source:
     """The Parquet files at `location` (a file or a folder), or a UsageError saying what is wrong."""
@@ -180,6 +184,13 @@ def for_training(config, train: Source, validation: Source | None) -> tuple[dict
     if validation is not None:
         return datasets, {"train": train.rows, "validation": validation.rows}
     return datasets, {name: dataset.count() for name, dataset in datasets.items()}
+
+
+def fits_in_memory(config, train: Source, validation: Source | None) -> bool:
+    """Whether each worker keeps its shards in memory after one pass (the whole data set's Parquet
+    is at most `data_in_memory_mb`), or streams them from storage every epoch."""
+    files = train.bytes + (validation.bytes if validation else 0)
+    return files <= config.data_in_memory_mb * 2**20
 
 
 def manifest(config, train: Source, validation: Source | None, rows: dict) -> dict:

@@ -127,11 +127,13 @@ def replacement_wait(config: config_lib.Config) -> float:
 
 @dataclass(frozen=True)
 class RunData:
-    """What the workers train on: the Ray Datasets of the splits, their rows, the labels' width."""
+    """What the workers train on: the Ray Datasets of the splits, their rows, the labels' width,
+    and whether each worker keeps its shards in memory after the first epoch."""
 
     datasets: dict
     rows: dict
     label_width: int
+    in_memory: bool
 
 
 def check_data(config: config_lib.Config, run: str, resume: bool) -> None:
@@ -161,7 +163,7 @@ def prepare_data(config: config_lib.Config, run: str, model: Callable | None = N
             contract.record(run, model)
         datasets.write_manifest(run, datasets.manifest(config, train, validation, rows))
     storage.write_text(storage.join(run, storage.CONFIG), config.to_yaml())
-    return RunData(found, rows, train.label_width)
+    return RunData(found, rows, train.label_width, datasets.fits_in_memory(config, train, validation))
 
 
 def generate_data(config: config_lib.Config, run: str) -> None:
@@ -214,6 +216,7 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
             "console": console,
             "rows": inputs.rows,
             "label_width": inputs.label_width,
+            "in_memory": inputs.in_memory,
             "model": model and contract.pickled(model),
         },
         datasets=inputs.datasets,

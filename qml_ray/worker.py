@@ -36,15 +36,17 @@ SHUFFLE_ROWS = 10_000  # a worker shuffles its shard's rows within a buffer of t
 
 @dataclass
 class Inputs:
-    """A replica's data: makers of its own training and validation batches (a tf.data Dataset of
-    one pass, made anew for every epoch), the steps of one pass over each, and the circuits one
-    epoch trains on (all workers together)."""
+    """A replica's data: makers of its own training and validation batches, the steps of one pass
+    over each, the circuits one epoch trains on (all workers together), and whether the batches
+    repeat (held in memory: one `fit` serves every epoch) or are one pass, made anew every epoch
+    (streamed from Ray Data)."""
 
     train: Callable[[], tf.data.Dataset]
     validation: Callable[[], tf.data.Dataset]
     steps: int
     validation_steps: int
     train_circuits: int
+    repeat: bool = False
 
 
 def train_worker(params: dict) -> None:
@@ -56,7 +58,8 @@ def train_worker(params: dict) -> None:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     context = ray.train.get_context()
     rows, width = params["rows"], params["label_width"]
-    inputs = from_shards(config, rows, width, context.get_world_rank(), context.get_world_size())
+    rank, world_size = context.get_world_rank(), context.get_world_size()
+    inputs = from_shards(config, rows, width, rank, world_size, params["in_memory"])
     from qml_ray.console import problems_told
 
     try:
@@ -66,7 +69,7 @@ def train_worker(params: dict) -> None:
                 run,
                 strategy,
                 inputs,
-                context.get_world_rank(),
+                rank,
                 width,
                 checkpoint=ray.train.get_checkpoint(),
                 ray_train=True,
@@ -80,27 +83,60 @@ def train_worker(params: dict) -> None:
         raise
 
 
-def from_shards(config: Config, rows: dict, label_width: int, rank: int, world_size: int) -> Inputs:
+def from_shards(config: Config, rows: dict, label_width: int, rank: int, world_size: int, in_memory: bool) -> Inputs:
     """This worker's shards of the run's Ray Datasets. Ray Train splits each into equal shards
     (a split's last rows_count % workers rows sit out), so every worker runs the same steps; every
-    worker starts each pass over a split together with the others, as Ray Data's split needs."""
+    worker starts each pass over a split together with the others, as Ray Data's split needs.
+    `in_memory` (the same on every worker): each shard is read whole now, once, and kept."""
     per_worker = {split: count // world_size for split, count in rows.items()}
     train, validation = (ray.train.get_dataset_shard(split) for split in ("train", "validation"))
-    passes = itertools.count()
+    shuffle_seed = config.seed + rank
+    if in_memory:
+        kept = (
+            in_memory_batches(read_whole(train), config.batch_size, label_width, shuffle_seed),
+            in_memory_batches(read_whole(validation), config.batch_size, label_width),
+        )
+        makers = (lambda: kept[0], lambda: kept[1])
+    else:
+        passes = itertools.count()
+        makers = (
+            lambda: streamed_batches(
+                train, config.batch_size, label_width, per_worker["train"], shuffle_seed + 7919 * next(passes)
+            ),
+            lambda: streamed_batches(validation, config.batch_size, label_width),
+        )
     return Inputs(
-        lambda: tf_batches(
-            train, config.batch_size, label_width, per_worker["train"], config.seed + rank + 7919 * next(passes)
-        ),
-        lambda: tf_batches(validation, config.batch_size, label_width),
+        *makers,
         steps=-(-per_worker["train"] // config.batch_size),
         validation_steps=-(-per_worker["validation"] // config.batch_size),
         train_circuits=per_worker["train"] * world_size,
+        repeat=in_memory,
     )
 
 
-def tf_batches(shard, batch_size: int, label_width: int, rows: int = 0, shuffle_seed: int | None = None):
-    """One pass of (circuit, label) batches over a Ray Data shard, shuffled within a buffer when a
-    seed is given."""
+def read_whole(shard) -> dict[str, np.ndarray]:
+    """Every row of a Ray Data shard, as numpy columns."""
+    blocks = list(shard.iter_batches(batch_size=None, batch_format="numpy"))
+    return {column: np.concatenate([block[column] for block in blocks]) for column in blocks[0]}
+
+
+def in_memory_batches(columns: dict, batch_size: int, label_width: int, shuffle_seed: int | None = None):
+    """(circuit, label) batches of a shard held in memory, pass after pass, each pass in a new
+    order when a seed is given: no pass touches Ray Data again."""
+    import tensorflow as tf
+
+    rows = len(columns["circuit"])
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (columns["circuit"].astype(object), labels(columns["label"], label_width))
+    )
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(rows, seed=shuffle_seed, reshuffle_each_iteration=True)
+    return sharded_by_ray(dataset.batch(batch_size).repeat())
+
+
+def streamed_batches(shard, batch_size: int, label_width: int, rows: int = 0, shuffle_seed: int | None = None):
+    """One pass of (circuit, label) batches streamed from a Ray Data shard, shuffled within a buffer
+    when a seed is given."""
     import tensorflow as tf
 
     shuffle = {}
@@ -115,9 +151,15 @@ def tf_batches(shard, batch_size: int, label_width: int, rows: int = 0, shuffle_
             yield batch["circuit"].astype(object), labels(batch["label"], label_width)
 
     spec = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None, label_width], tf.float32))
-    dataset = tf.data.Dataset.from_generator(batches, output_signature=spec)
+    return sharded_by_ray(tf.data.Dataset.from_generator(batches, output_signature=spec))
+
+
+def sharded_by_ray(dataset):
+    """The dataset, with TensorFlow's own sharding off: each worker's input is already its shard."""
+    import tensorflow as tf
+
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF  # Ray shards
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options)
 
 
@@ -171,17 +213,28 @@ def train_replica(
 
     if step and rank == 0:  # a checkpoint taken mid-epoch, on a drain notice: that epoch's remaining steps first
         say(f"resuming epoch {done + 1} at step {step + 1} of {inputs.steps} (a node drained)")
-    for epoch in range(done, config.epochs):  # one fit per epoch: each pass over the data starts afresh
+    for first, end in fit_spans(done, step, config.epochs, inputs.repeat):
         built.fit(
             distributed(inputs.train),
-            steps_per_epoch=inputs.steps - (step if epoch == done else 0),
+            steps_per_epoch=inputs.steps - (step if first == done else 0),
             validation_data=distributed(inputs.validation),
             validation_steps=inputs.validation_steps,
-            epochs=epoch + 1,
-            initial_epoch=epoch,
+            epochs=end,
+            initial_epoch=first,
             callbacks=callbacks,
             verbose=0,
         )
+
+
+def fit_spans(done: int, step: int, epochs: int, repeat: bool) -> list[tuple[int, int]]:
+    """The epochs (first, end) of each `fit` call, from `done` epochs and `step` steps of the next:
+    one epoch a call when each pass needs fresh batches (streamed); else one call for them all,
+    after one for the rest of an epoch a drain cut short."""
+    if not repeat:
+        return [(epoch, epoch + 1) for epoch in range(done, epochs)]
+    spans = [(done, done + 1)] if step else []
+    rest = done + 1 if step else done
+    return spans + ([(rest, epochs)] if rest < epochs else [])
 
 
 def require_outputs(model: tf.keras.Model, label_width: int, config: Config) -> None:

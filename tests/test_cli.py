@@ -29,6 +29,7 @@ CHANGED = {
     "model": "mymodels:classifier",
     "data": "/tmp/circuits.parquet",
     "validation_data": "gs://bucket/validation",
+    "data_in_memory_mb": 0,
 }
 PARAMS = {"readouts": 2, "entangler": "cz", "scale": 0.5, "deep": True}  # given as --param KEY=VALUE
 

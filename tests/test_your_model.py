@@ -37,6 +37,8 @@ def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp
         "--model",
         "mymodel:build",
         *options,
+        "--data-in-memory-mb",
+        0,  # streamed from the files, as a data set too large to keep would be
         "--test-fraction",
         TEST_FRACTION,
         "--param",
@@ -65,13 +67,20 @@ def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp
     assert len(recorded["train"]) == FILES and recorded["rows"]["train"] == len(training)
     assert recorded["held_out"] == {"seed": SEED, "test_fraction": TEST_FRACTION}
 
-    # Resumed for two more epochs, then inferred over the held-out rows (the default) and a file.
-    done = run_command(
-        "train", "--storage", tmp_path / "runs", "--name", "mine", "--resume", "--epochs", 3, cwd=project
-    )
+    # Resumed for two more epochs, kept in memory (as a small data set is by default): each worker
+    # reads its shard once and trains on it again in another order; then inferred over the held-out
+    # rows (the default) and a file.
+    resume = ("--resume", "--epochs", 3, "--data-in-memory-mb", 1)
+    done = run_command("train", "--storage", tmp_path / "runs", "--name", "mine", *resume, cwd=project)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     history = pd.read_csv(run / storage.HISTORY)
     assert list(history["epoch"]) == [1, 2, 3] and history["loss"].iloc[-1] < history["loss"].iloc[0]
+    rows_per_worker = len(training) // 2
+    kept = [(notes / f"rank-{rank}.txt").read_text().split()[rows_per_worker:] for rank in (0, 1)]
+    epochs = [(shard[:rows_per_worker], shard[rows_per_worker:]) for shard in kept]
+    for second, third in epochs:
+        assert len(third) == rows_per_worker and set(second) == set(third) and second != third
+    assert not set(epochs[0][0]) & set(epochs[1][0]) and set(epochs[0][0]) | set(epochs[1][0]) <= training
     done = run_command("infer", "--run", run, cwd=project)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [out] = (run / storage.PREDICTIONS).iterdir()

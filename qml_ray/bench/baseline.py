@@ -90,17 +90,27 @@ def work(run: str) -> None:
     else:
         strategy, rank, world_size = tf.distribute.get_strategy(), 0, 1
     from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
-    from qml_ray.worker import Inputs, train_replica
+    from qml_ray.worker import Inputs, in_memory_batches, train_replica
 
     train, validation = (data.shard(data.read(run, split), rank, world_size) for split in data.SPLITS)
+    batches = [
+        in_memory_batches(columns(table), config.batch_size, 1, seed)
+        for table, seed in ((train, config.seed + rank), (validation, None))
+    ]
     inputs = Inputs(
-        train=lambda: data.to_tf_dataset(train, config.batch_size, config.seed + rank),
-        validation=lambda: data.to_tf_dataset(validation, config.batch_size),
+        train=lambda: batches[0],
+        validation=lambda: batches[1],
         steps=-(-train.num_rows // config.batch_size),
         validation_steps=-(-validation.num_rows // config.batch_size),
         train_circuits=train.num_rows * world_size,
+        repeat=True,
     )
     train_replica(config, run, strategy, inputs, rank, label_width=1, local_rank=rank)
+
+
+def columns(table) -> dict:
+    """A table's circuits and labels as numpy columns."""
+    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in ("circuit", "label")}
 
 
 def main(argv=None) -> None:
