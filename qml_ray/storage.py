@@ -286,10 +286,9 @@ def is_complete(folder: str) -> bool:
 
 
 def pyarrow_filesystem(path: str):
-    """(filesystem, path within it) for Ray Train's and Ray Data's storage arguments: None for a
-    local path, which they take as it is."""
-    filesystem, inner = _filesystem(path)
-    return (filesystem if is_gcs(path) else None), inner
+    """(filesystem, path within it) for Ray Train's and Ray Data's storage arguments: a local path
+    goes as it is (relative ones too: on a cluster, the job's working folder on every node)."""
+    return _filesystem(path) if is_gcs(path) else (None, path)
 
 
 def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
@@ -365,6 +364,7 @@ def write_bytes(path: str, content: bytes) -> None:
 
 
 def _upload(filesystem: pafs.FileSystem, path: str, content: bytes) -> None:
+    """One upload: the object appears, whole, when the stream is closed (below 8 MiB, its one request)."""
     with filesystem.open_output_stream(path, metadata={}) as stream:
         stream.write(content)
 
