@@ -1,12 +1,14 @@
-"""A training held at a step boundary, so that a fault test injects its fault while training certainly runs.
+"""A training held at a step boundary, or an inference at a batch, so that a fault test injects its
+fault while the work certainly runs.
 
 With QML_RAY_HOLD (runtime.HOLD_ENV, which the commands pass on to their workers) naming a file
 that holds a number of epochs N (empty: 0), every worker waits at each step boundary from the first
 step after N epochs while rank 0 sees that file, unless Ray Train reports a node of the run
 draining; while they wait, FILE.held exists. A test starts the command with the file in place,
 waits for FILE.held, injects its fault
-(a signal, a second command, a drain notice, a lost node), then removes the file. Nothing here
-depends on how fast the machine is.
+(a signal, a second command, a drain notice, a lost node), then removes the file. `infer`'s actors
+likewise wait before every batch while the file exists (whatever it holds). Nothing here depends on
+how fast the machine is.
 """
 
 import time
@@ -41,3 +43,10 @@ class HoldAtStep(tf.keras.callbacks.Callback):
                 return self.epochs_done >= int(f.read().strip() or 0)
         except FileNotFoundError:
             return False
+
+
+def wait_at_batch(path: str) -> None:
+    """An inference actor's hold: wait while the file at `path` exists, saying so with FILE.held."""
+    while Path(path).exists():
+        Path(f"{path}.held").touch()
+        time.sleep(POLL_SECONDS)

@@ -1,10 +1,12 @@
 """Where runs live: a local folder, or Cloud Storage (gs://bucket/prefix).
 
 Every artifact of a run is read and written through these functions, so the code above
-them takes the same path for both. Nothing is ever seen half-written: a single file is
-replaced whole (a rename locally, a single-object upload on Cloud Storage), and a folder
-(weights, predictions) counts as complete only once its _COMPLETE marker exists, which
-is written last and, when the folder is replaced, removed first.
+them takes the same path for both, and they go through one file-system layer: pyarrow's
+LocalFileSystem and GcsFileSystem (the layer Ray Train and Ray Data use). What that layer
+cannot do is kept in one section, "Beyond the file-system layer", which says why. Nothing is
+ever seen half-written: a single file is replaced whole (a rename locally, a single upload on
+Cloud Storage), and a folder (weights, predictions) counts as complete only once its
+_COMPLETE marker exists, which is written last and, when the folder is replaced, removed first.
 
 Cloud Storage uses Application Default Credentials (Workload Identity on GKE) and honours
 STORAGE_EMULATOR_HOST; calls give up after a few seconds rather than retry for minutes.
@@ -19,9 +21,11 @@ import posixpath
 import re
 import shutil
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from qml_ray.errors import EnvironmentProblem, UsageError
@@ -54,24 +58,58 @@ SUMMARIES = "tensorboard.zip"
 
 NAME_BYTES = 255  # the longest folder name of Linux file systems
 GCS_PREFIX = "gs://"
-GCS_SECONDS = 15.0  # how long one Cloud Storage call may retry before giving up
+GCS_SECONDS = 15.0  # how long one Cloud Storage client call may retry before giving up
+# pyarrow's retry limit for one call: its last back-off may overshoot it, so a call to an endpoint
+# that does not answer gives up after about 11 s (18 s with a limit of 10, 27 s with 15).
+FILESYSTEM_RETRY_SECONDS = 7.0
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+NO_CREDENTIALS = (
+    "no Google Cloud credentials: run `gcloud auth application-default login`, "
+    "or on GKE give the pods a Workload Identity service account"
+)
+# Cloud Storage's refusals, by their status (google-cloud-cpp's, under pyarrow's GcsFileSystem).
+_GCS_PROBLEMS = {
+    "PERMISSION_DENIED": "permission denied on {where}",
+    "UNAUTHENTICATED": "Cloud Storage refused the credentials for {where}",
+    "RESOURCE_EXHAUSTED": "Cloud Storage rate limit or quota exceeded on {where}",
+    "UNAVAILABLE": "cannot reach Cloud Storage at {endpoint} for {where}",
+    "DEADLINE_EXCEEDED": "cannot reach Cloud Storage at {endpoint} for {where}",
+}
+_GCS_STATUS = re.compile(r"google::cloud::Status\((\w+):")
+_NO_TOKEN = "Could not create a OAuth2 access token"  # google-cloud-cpp, finding no credentials
 
 
 def environment_problem(err: BaseException, where: str) -> EnvironmentProblem | None:
     """`err`, met reading or writing at `where`, named as the environment's problem (storage full,
-    read-only or refused), or None when it is none of those."""
+    read-only or refused; Cloud Storage's refusals, limits, credentials or absence), or None when it
+    is none of those."""
     if isinstance(err, EnvironmentProblem):
         return err
     text, number = str(err), getattr(err, "errno", None)
     where = getattr(err, "filename", None) or where
-    if number in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text or "quota exceeded" in text:
+    if number in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text or "Disk quota exceeded" in text:
         return EnvironmentProblem(f"storage full: {where}")
     if number == errno.EROFS or "Read-only file system" in text:
         return EnvironmentProblem(f"storage is read-only: {where}")
     if number in (errno.EACCES, errno.EPERM) or "Permission denied" in text:
         return EnvironmentProblem(f"permission denied on {where}")
-    return None
+    if _NO_TOKEN in text:
+        return EnvironmentProblem(NO_CREDENTIALS)
+    status = _GCS_STATUS.search(text)
+    return _gcs_problem(status.group(1), where) if status and status.group(1) in _GCS_PROBLEMS else None
+
+
+def _gcs_problem(status: str, where: str) -> EnvironmentProblem:
+    endpoint = os.environ.get("STORAGE_EMULATOR_HOST", "storage.googleapis.com")
+    return EnvironmentProblem(_GCS_PROBLEMS[status].format(where=where, endpoint=endpoint))
+
+
+def _named(path: str, call):
+    """`call()`, an OSError it meets at `path` raised as the EnvironmentProblem it is, if it is one."""
+    with _named_problems(path):
+        return call()
 
 
 @contextlib.contextmanager
@@ -132,11 +170,14 @@ def split_path(run: str, split: str) -> str:
 
 def check_reachable(location: str) -> None:
     """Fail within seconds, in one line, when `location` cannot be used (bucket, network, rights)."""
-    if is_gcs(location):
-        bucket, prefix = _split(location)
-        _gcs(lambda: any(_client().list_blobs(bucket, prefix=prefix, max_results=1, **_limits())), location)
+    if not is_gcs(location):
+        check_local_folder(location)
         return
-    check_local_folder(location)
+    _client()  # no credentials: said at once, where the file-system layer would retry for long
+    bucket, _ = _split(location)
+    filesystem, _ = _filesystem(location)
+    if _named(location, lambda: filesystem.get_file_info(bucket).type) == pafs.FileType.NotFound:
+        raise UsageError(f"Cloud Storage bucket {bucket!r} does not exist")
 
 
 def check_local_folder(folder: str) -> None:
@@ -147,6 +188,133 @@ def check_local_folder(folder: str) -> None:
         raise UsageError(f"{folder} cannot be a folder: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK) or os.statvfs(existing).f_flag & os.ST_RDONLY:
         raise UsageError(f"cannot write to {folder}: {existing} is not writable")
+
+
+# Ordinary file operations, the same for a local folder and Cloud Storage: pyarrow's file systems
+# (the layer Ray Train and Ray Data use too).
+
+
+def exists(path: str) -> bool:
+    """Whether a file, or a folder with anything in it, is at `path`."""
+    filesystem, inner = _filesystem(path)
+    return _named(path, lambda: filesystem.get_file_info(inner).type) != pafs.FileType.NotFound
+
+
+def read_bytes(path: str) -> bytes:
+    filesystem, inner = _filesystem(path)
+
+    def read():
+        with filesystem.open_input_stream(inner) as stream:
+            return stream.read()
+
+    return _named(path, read)
+
+
+def list_files(folder: str) -> list[str]:
+    """The paths of the files below `folder`, relative to it (none if it does not exist)."""
+    filesystem, inner = _filesystem(folder)
+    below = pafs.FileSelector(inner, allow_not_found=True, recursive=True)
+    found = _named(folder, lambda: filesystem.get_file_info(below))
+    return sorted(posixpath.relpath(info.path, inner) for info in found if info.type == pafs.FileType.File)
+
+
+def remove(path: str) -> None:
+    """Delete the file at `path` if there is one."""
+    filesystem, inner = _filesystem(path)
+    with contextlib.suppress(FileNotFoundError):
+        _named(path, lambda: filesystem.delete_file(inner))
+
+
+def remove_folder(folder: str) -> None:
+    """Delete `folder` and everything below it, as far as it can be (a failed command's leftovers)."""
+    filesystem, inner = _filesystem(folder)
+    with contextlib.suppress(OSError):
+        filesystem.delete_dir(inner)
+
+
+@contextlib.contextmanager
+def local_copy(folder: str):
+    """A local folder holding the files below `folder` (downloaded into a temporary one)."""
+    with tempfile.TemporaryDirectory() as local:
+        for name in list_files(folder):
+            target = Path(local, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(read_bytes(join(folder, name)))
+        yield local
+
+
+def read_text(path: str) -> str:
+    return read_bytes(path).decode()
+
+
+def write_text(path: str, text: str) -> None:
+    write_bytes(path, text.encode())
+
+
+def read_parquet(path: str) -> pa.Table:
+    return pq.read_table(io.BytesIO(read_bytes(path)))
+
+
+def write_parquet(table: pa.Table, path: str) -> None:
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    write_bytes(path, out.getvalue())
+
+
+def mirror(local_dir: str, dest: str) -> None:
+    """Make `dest` hold exactly the files below `local_dir`, each replaced whole."""
+    names = list_files(local_dir)
+    for name in names:
+        write_bytes(join(dest, name), Path(local_dir, name).read_bytes())
+    for name in set(list_files(dest)) - set(names):
+        remove(join(dest, name))
+
+
+def publish_dir(local_dir: str, dest: str) -> None:
+    """Copy a folder to `dest` so that readers see the old complete folder, or the new one."""
+    remove(join(dest, COMPLETE))
+    mirror(local_dir, dest)
+    mark_complete(dest)
+
+
+def mark_complete(folder: str) -> None:
+    write_bytes(join(folder, COMPLETE), b"")
+
+
+def is_complete(folder: str) -> bool:
+    return exists(join(folder, COMPLETE))
+
+
+def pyarrow_filesystem(path: str):
+    """(filesystem, path within it) for Ray Train's and Ray Data's storage arguments: a local path
+    goes as it is (relative ones too: on a cluster, the job's working folder on every node)."""
+    return _filesystem(path) if is_gcs(path) else (None, path)
+
+
+def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+    """The file system of `path` and the path within it."""
+    if is_gcs(path):
+        return _gcs_filesystem(os.environ.get("STORAGE_EMULATOR_HOST")), path[len(GCS_PREFIX) :].rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+@functools.cache
+def _gcs_filesystem(emulator: str | None) -> pafs.GcsFileSystem:
+    """Cloud Storage, or the GCS API server at `emulator`, retrying a call for FILESYSTEM_RETRY_SECONDS."""
+    limit = timedelta(seconds=FILESYSTEM_RETRY_SECONDS)
+    if emulator:
+        scheme, _, host = emulator.rpartition("://")
+        return pafs.GcsFileSystem(
+            anonymous=True, scheme=scheme or "http", endpoint_override=host, retry_time_limit=limit
+        )
+    return pafs.GcsFileSystem(retry_time_limit=limit)
+
+
+# Beyond the file-system layer: what pyarrow's file systems cannot do. Folders (Cloud Storage has
+# none to make); a local file replaced whole (pyarrow writes in place; a Cloud Storage upload
+# appears whole anyway); a hard link; and the claims' conditional writes, an atomic create and a
+# delete of one version, which pyarrow's GcsFileSystem lacks, on Cloud Storage through its own
+# client (google-cloud-storage's preconditions).
 
 
 def make_folder(folder: str) -> None:
@@ -177,26 +345,11 @@ def remove_empty_folders(folders: list[str]) -> None:
             os.rmdir(folder)
 
 
-def exists(path: str) -> bool:
-    """Whether a file, or a folder with anything in it, is at `path`."""
-    if not is_gcs(path):
-        return os.path.exists(path)
-    bucket, name = _split(path)
-    is_file = _gcs(lambda: _blob(path).exists(**_limits()), path)
-    return is_file or _gcs(
-        lambda: any(_client().list_blobs(bucket, prefix=name + "/", max_results=1, **_limits())), path
-    )
-
-
-def read_bytes(path: str) -> bytes:
-    if not is_gcs(path):
-        return Path(path).read_bytes()
-    return _gcs(lambda: _blob(path).download_as_bytes(**_limits()), path)
-
-
 def write_bytes(path: str, content: bytes) -> None:
+    """Replace the file at `path` whole: one upload on Cloud Storage, locally a new file renamed over it."""
     if is_gcs(path):
-        _gcs(lambda: _blob(path).upload_from_string(content, **_limits()), path)
+        filesystem, inner = _filesystem(path)
+        _named(path, lambda: _upload(filesystem, inner, content))
         return
     with _named_problems(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -208,6 +361,27 @@ def write_bytes(path: str, content: bytes) -> None:
         except BaseException:
             os.remove(tmp)
             raise
+
+
+def _upload(filesystem: pafs.FileSystem, path: str, content: bytes) -> None:
+    """One upload: the object appears, whole, when the stream is closed (below 8 MiB, its one request)."""
+    with filesystem.open_output_stream(path, metadata={}) as stream:
+        stream.write(content)
+
+
+def share(source: str, dest: str) -> None:
+    """Put the file at `source` at `dest` too, without writing its bytes again: a hard link
+    locally (a copy where links are refused), a server-side copy on Cloud Storage."""
+    if is_gcs(source):
+        filesystem, inner = _filesystem(source)
+        _named(dest, lambda: filesystem.copy_file(inner, _filesystem(dest)[1]))
+        return
+    with _named_problems(dest):
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            os.link(source, dest)
+        except OSError:
+            shutil.copyfile(source, dest)
 
 
 def create_exclusive(path: str, content: bytes) -> bool:
@@ -279,141 +453,9 @@ def remove_if_unchanged(path: str, expected: tuple) -> bool:
     return True
 
 
-def read_text(path: str) -> str:
-    return read_bytes(path).decode()
-
-
-def write_text(path: str, text: str) -> None:
-    write_bytes(path, text.encode())
-
-
-def read_parquet(path: str) -> pa.Table:
-    return pq.read_table(io.BytesIO(read_bytes(path)))
-
-
-def write_parquet(table: pa.Table, path: str) -> None:
-    out = io.BytesIO()
-    pq.write_table(table, out)
-    write_bytes(path, out.getvalue())
-
-
-def list_files(folder: str) -> list[str]:
-    """The paths of the files below `folder`, relative to it (none if it does not exist)."""
-    if not is_gcs(folder):
-        root = Path(folder)
-        return sorted(file.relative_to(root).as_posix() for file in root.rglob("*") if file.is_file())
-    bucket, prefix = _split(folder)
-    blobs = _gcs(lambda: list(_client().list_blobs(bucket, prefix=prefix + "/", **_limits())), folder)
-    return sorted(blob.name[len(prefix) + 1 :] for blob in blobs)
-
-
-def share(source: str, dest: str) -> None:
-    """Put the file at `source` at `dest` too, without writing its bytes again: a hard link
-    locally (a copy where links are refused), a server-side copy on Cloud Storage."""
-    if is_gcs(source):
-        (source_bucket, _), (dest_bucket, dest_name) = _split(source), _split(dest)
-        client = _client()
-        _gcs(
-            lambda: client.bucket(source_bucket).copy_blob(
-                _blob(source), client.bucket(dest_bucket), dest_name, **_limits()
-            ),
-            dest,
-        )
-        return
-    with _named_problems(dest):
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        try:
-            os.link(source, dest)
-        except OSError:
-            shutil.copyfile(source, dest)
-
-
-def mirror(local_dir: str, dest: str) -> None:
-    """Make `dest` hold exactly the files below `local_dir`, each replaced whole."""
-    names = list_files(local_dir)
-    for name in names:
-        write_bytes(join(dest, name), Path(local_dir, name).read_bytes())
-    for name in set(list_files(dest)) - set(names):
-        remove(join(dest, name))
-
-
-def publish_dir(local_dir: str, dest: str) -> None:
-    """Copy a folder to `dest` so that readers see the old complete folder, or the new one."""
-    remove(join(dest, COMPLETE))
-    mirror(local_dir, dest)
-    mark_complete(dest)
-
-
-def mark_complete(folder: str) -> None:
-    write_bytes(join(folder, COMPLETE), b"")
-
-
-def is_complete(folder: str) -> bool:
-    return exists(join(folder, COMPLETE))
-
-
-def remove(path: str) -> None:
-    """Delete the file at `path` if there is one."""
-    if not is_gcs(path):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-        return
-    from google.api_core.exceptions import NotFound
-
-    def delete():
-        with contextlib.suppress(NotFound):
-            _blob(path).delete(**_limits())
-
-    _gcs(delete, path)
-
-
-def remove_folder(folder: str) -> None:
-    """Delete `folder` and everything below it, if it exists."""
-    if not is_gcs(folder):
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    for name in list_files(folder):
-        remove(join(folder, name))
-
-
-@contextlib.contextmanager
-def local_copy(folder: str):
-    """A local folder holding the files below `folder` (the folder itself when local)."""
-    if not is_gcs(folder):
-        yield folder
-        return
-    with tempfile.TemporaryDirectory() as local:
-        for name in list_files(folder):
-            target = Path(local, name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(read_bytes(join(folder, name)))
-        yield local
-
-
-def pyarrow_filesystem(path: str):
-    """(filesystem, path within it) for Ray Train's and Ray Data's storage arguments."""
-    if not is_gcs(path):
-        return None, path
-    from datetime import timedelta
-
-    from pyarrow.fs import GcsFileSystem
-
-    limit = timedelta(seconds=GCS_SECONDS)
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-    if emulator:
-        scheme, _, host = emulator.rpartition("://")
-        fs = GcsFileSystem(anonymous=True, scheme=scheme or "http", endpoint_override=host, retry_time_limit=limit)
-    else:
-        fs = GcsFileSystem(retry_time_limit=limit)
-    return fs, path[len(GCS_PREFIX) :]
-
-
-# Cloud Storage plumbing.
-
-
 @functools.cache
 def _limits() -> dict:
-    """The retry deadline and (connect, read) timeouts of every Cloud Storage call."""
+    """The retry deadline and (connect, read) timeouts of every Cloud Storage client call."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     return {"retry": DEFAULT_RETRY.with_timeout(GCS_SECONDS), "timeout": (5, 60)}
@@ -427,10 +469,7 @@ def _client():
     try:
         return gcs.Client()
     except DefaultCredentialsError:
-        raise EnvironmentProblem(
-            "no Google Cloud credentials: run `gcloud auth application-default login`, "
-            "or on GKE give the pods a Workload Identity service account"
-        ) from None
+        raise EnvironmentProblem(NO_CREDENTIALS) from None
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -444,26 +483,22 @@ def _blob(path: str):
 
 
 def _gcs(call, path: str):
-    """Run a Cloud Storage call, turning its failures into one-line errors: a missing bucket is the
-    user's (UsageError), refused rights or credentials, limits and an unreachable endpoint are the
-    environment's (EnvironmentProblem)."""
+    """Run a Cloud Storage client call, its failures named as the file-system layer's are (`_named`)."""
     from google.api_core import exceptions as api
     from google.auth.exceptions import TransportError
     from requests.exceptions import ConnectionError as RequestsConnectionError
 
-    bucket, _ = _split(path)
     try:
         return call()
     except api.NotFound as err:
         if "bucket" in str(err).lower():
-            raise UsageError(f"Cloud Storage bucket {bucket!r} does not exist") from None
+            raise UsageError(f"Cloud Storage bucket {_split(path)[0]!r} does not exist") from None
         raise FileNotFoundError(path) from None
-    except api.Forbidden as err:
-        raise EnvironmentProblem(f"permission denied on {path}: {err}") from None
-    except api.Unauthorized as err:
-        raise EnvironmentProblem(f"Cloud Storage refused the credentials for {path}: {err}") from None
-    except api.TooManyRequests as err:
-        raise EnvironmentProblem(f"Cloud Storage rate limit or quota exceeded on {path}: {err}") from None
-    except (api.RetryError, api.ServiceUnavailable, RequestsConnectionError, TransportError) as err:
-        endpoint = os.environ.get("STORAGE_EMULATOR_HOST", "storage.googleapis.com")
-        raise EnvironmentProblem(f"cannot reach Cloud Storage at {endpoint} for {path}: {err}") from None
+    except api.Forbidden:
+        raise _gcs_problem("PERMISSION_DENIED", path) from None
+    except api.Unauthorized:
+        raise _gcs_problem("UNAUTHENTICATED", path) from None
+    except api.TooManyRequests:
+        raise _gcs_problem("RESOURCE_EXHAUSTED", path) from None
+    except (api.RetryError, api.ServiceUnavailable, RequestsConnectionError, TransportError):
+        raise _gcs_problem("UNAVAILABLE", path) from None

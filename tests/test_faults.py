@@ -120,28 +120,68 @@ def contents(folder: Path) -> dict:
 
 # Signals
 
+SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_signal_stops_training_at_once_and_says_how_to_continue(tmp_path, signum):
-    runs, hold = tmp_path / "runs", tmp_path / "hold"
-    command = Command("train", "--config", SMOKE, "--storage", runs, "--name", "r", env=held(hold))
-    wait_for(held_now(hold), "training held at epoch 2's first step")
-    before = contents(tmp_path)
+
+def interrupt(command: Command, signum: int, hold: Path, what: str) -> Ended:
+    """Send `signum` to the held command's process group; how it ended, once its every process (its
+    local Ray's too) is gone, which must be within STOP_SECONDS of the signal. Prints the times."""
     command.signal(signum)
     ended = command.end()
     wait_for(lambda: not processes_holding(hold), "every process of the command gone", STOP_SECONDS)
     stopped = time.monotonic() - command.started
+    assert ended.seconds < STOP_SECONDS and stopped < STOP_SECONDS, (ended.seconds, stopped)
+    name = signal.Signals(signum).name
+    exited, gone = f"{ended.seconds:.1f}", f"{stopped:.1f}"
+    print(f"\n{what}, {name}: the command exited after {exited} s, its processes were gone after {gone} s")
+    return ended
+
+
+@SIGNALS
+def test_a_signal_stops_training_at_once_and_says_how_to_continue(tmp_path, signum):
+    runs, hold = tmp_path / "runs", tmp_path / "hold"
+    command = Command("train", "--config", SMOKE, "--storage", runs, "--name", "r", env=held(hold))
+    wait_for(held_now(hold), "training held at epoch 2's first step")
+    before = contents(runs)
+    ended = interrupt(command, signum, hold, "train")
 
     ended.assert_clean(128 + signum, "interrupted: continue with --name r --resume")
-    assert stopped < STOP_SECONDS, stopped
     if signum == signal.SIGINT:  # Ray's processes ignore it: the training, held, wrote nothing more
-        assert contents(tmp_path) == before
+        assert contents(runs) == before
     # SIGTERM reaches the local Ray too, and Ray Train may take its raylet's stop for a drain and
     # checkpoint on the way out; whatever was written is whole or recognisably not.
     assert not list(runs.rglob(".tmp-*")) and not (runs / "r" / storage.WEIGHTS).exists()
     assert not (runs / "r" / claims.CLAIM).exists()
-    name = signal.Signals(signum).name
-    print(f"\n{name}: the command exited after {ended.seconds:.1f} s, its workers were gone after {stopped:.1f} s")
+
+
+@SIGNALS
+def test_a_signal_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path, signum):
+    """Two trials of one worker, one at a time: the first held at epoch 2's first step, the second waiting."""
+    runs, hold = tmp_path / "runs", tmp_path / "hold"
+    grid = ("--workers", 1, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
+    command = Command("sweep", "--config", SMOKE, *grid, "--storage", runs, "--name", "s", env=held(hold))
+    wait_for(held_now(hold), "the first trial's training held at epoch 2's first step")
+    before = contents(runs)
+    ended = interrupt(command, signum, hold, "sweep")
+
+    ended.assert_clean(128 + signum, "interrupted: continue with --name s --resume")
+    if signum == signal.SIGINT:
+        assert contents(runs) == before
+    trials = [folder for folder in (runs / "s").iterdir() if folder.is_dir() and "=" in folder.name]
+    assert len(trials) == 2 and not list(runs.rglob(".tmp-*")) and not list(runs.rglob(storage.WEIGHTS))
+    assert not list(runs.rglob(claims.CLAIM)) and not (runs / "s" / "results.csv").exists()
+
+
+@SIGNALS
+def test_a_signal_stops_inference_at_once_leaving_no_predictions(run_copy, tmp_path, signum):
+    hold = tmp_path / "hold"
+    command = Command("infer", "--run", run_copy, env=held(hold))
+    wait_for(held_now(hold), "inference held at its first batch")
+    before = contents(run_copy)
+    ended = interrupt(command, signum, hold, "infer")
+
+    ended.assert_clean(128 + signum, "interrupted: no predictions were completed; run the command again")
+    assert contents(run_copy) == before and not (run_copy / storage.PREDICTIONS).exists()
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path):
@@ -334,13 +374,13 @@ def test_resume_with_no_whole_checkpoint_changes_nothing(run_copy, damage):
     spoil, reason = DAMAGES[damage]
     for folder in (run_copy / "checkpoints").iterdir():
         spoil(folder)
-    before = contents(run_copy.parent)
+    before = contents(run_copy)
     started = time.monotonic()
     done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", "--epochs", 6)
     ended = Ended(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
     ended.assert_clean(1, f"error: no whole checkpoint to resume from: {run_copy}/checkpoints/epoch-00004 is damaged")
     assert reason in ended.last_line and ended.seconds < 60
-    assert contents(run_copy.parent) == before and not (run_copy / claims.CLAIM).exists()
+    assert contents(run_copy) == before and not (run_copy / claims.CLAIM).exists()
 
 
 # Config files

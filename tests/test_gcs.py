@@ -126,3 +126,18 @@ def test_no_credentials(tmp_path):
 def test_infer_on_a_missing_gcs_run(gcs_server):
     done = run_command("infer", "--run", f"gs://{BUCKET}/runs/never-trained")
     assert done.returncode == 2 and "error: no run at" in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "status, named",
+    [
+        ("PERMISSION_DENIED", "permission denied on gs://b/r/x"),
+        ("UNAUTHENTICATED", "Cloud Storage refused the credentials for gs://b/r/x"),
+        ("RESOURCE_EXHAUSTED", "Cloud Storage rate limit or quota exceeded on gs://b/r/x"),
+    ],
+)
+def test_cloud_storage_refusals_are_named(status, named):
+    """As pyarrow's GcsFileSystem raises them (google-cloud-cpp's status in the text): fake-gcs-server
+    refuses nothing, so the server's part is not exercised here."""
+    error = OSError(f"google::cloud::Status({status}: Permanent error, with a last message of Refused)")
+    assert str(storage.environment_problem(error, "gs://b/r/x")) == named
