@@ -19,6 +19,8 @@ from ray.autoscaler.v2.sdk import get_cluster_status
 
 from conftest import ROOT, SMOKE, command_env, free_port, is_running, run_command
 
+pytestmark = pytest.mark.slow  # an autoscaling cluster
+
 IDLE_MINUTES = 0.1  # a node idle this long is stopped
 
 

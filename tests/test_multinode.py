@@ -7,9 +7,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from qml_ray import claims, runtime
 
 from conftest import SMOKE, ray_cli, submit
+
+pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
 
 EPOCHS = 3  # the training is held after the first until its exported epoch gauge is scraped
 

@@ -24,6 +24,8 @@ from qml_ray import config as config_lib, runtime, storage
 
 from conftest import SMOKE, ray_cli, submit
 
+pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
+
 EPOCHS, CHECKPOINT_EVERY = 8, 3
 SMOKE_CONFIG = config_lib.load(SMOKE)
 STEPS = math.ceil(config_lib.split_sizes(SMOKE_CONFIG)[0] / 2 / SMOKE_CONFIG.batch_size)  # per epoch, 2 workers
