@@ -294,8 +294,21 @@ def parity(x):
 
 
 @numba.njit(**JIT)
+def add_z(out, state, weight, signs):
+    """out += weight * P state for the string of Z on `signs`' bits: each amplitude stays in place."""
+    w = np.float32(weight)
+    for i in range(state.shape[1]):
+        signed = -w if parity(i & signs) else w
+        out[0, i] += signed * state[0, i]
+        out[1, i] += signed * state[1, i]
+
+
+@numba.njit(**JIT)
 def add_pauli(out, state, weight, flip, signs, y_count):
     """out += weight * P state for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`'."""
+    if flip == 0:
+        add_z(out, state, weight, signs)
+        return
     w = weight * (1j ** (y_count % 4))
     wr, wi = np.float32(w.real), np.float32(w.imag)
     for i in range(state.shape[1]):
@@ -346,8 +359,20 @@ def relabel_bits(state, bit_map):
 
 
 @numba.njit(**JIT)
+def z_expectation(state, signs):
+    """<state| P |state> for the string of Z on `signs`' bits: signed probabilities, no complex products."""
+    total = 0.0
+    for i in range(state.shape[1]):
+        probability = np.float64(state[0, i]) ** 2 + np.float64(state[1, i]) ** 2
+        total += -probability if parity(i & signs) else probability
+    return total
+
+
+@numba.njit(**JIT)
 def pauli_expectation(state, flip, signs, y_count):
     """<state| P |state> for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`' (in double)."""
+    if flip == 0:
+        return z_expectation(state, signs)
     total = 0.0 + 0.0j
     for i in range(state.shape[1]):
         sign = -1.0 if parity(i & signs) else 1.0
