@@ -10,7 +10,7 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray.gradients import BlockAdjoint, UnsupportedGate
+from qml_ray.gradients import BlockAdjoint, UnsupportedGate, kernel
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -93,6 +93,46 @@ def test_qcnn_gradients(qubits, layers):
     readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
     upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
     check(circuits, symbols, values, readouts, upstream)
+
+
+def random_state(rng, qubits: int) -> np.ndarray:
+    """A random state as the kernel holds it: float32 planes (real, imaginary)."""
+    return rng.standard_normal((2, 1 << qubits)).astype(np.float32)
+
+
+def as_tensor(state: np.ndarray, qubits: int) -> np.ndarray:
+    """The state as a complex128 tensor with one axis per qubit, bit q on axis qubits - 1 - q."""
+    return (state[0].astype(np.float64) + 1j * state[1]).reshape((2,) * qubits)
+
+
+def on_bits(u: np.ndarray, state: np.ndarray, hi: int, lo: int, qubits: int) -> np.ndarray:
+    """u (basis index 2 * bit(hi) + bit(lo)) applied to the state's bits hi and lo, in double precision."""
+    axes = (qubits - 1 - hi, qubits - 1 - lo)
+    moved = np.tensordot(u.reshape(2, 2, 2, 2), as_tensor(state, qubits), axes=([2, 3], list(axes)))
+    return np.moveaxis(moved, [0, 1], list(axes))
+
+
+@pytest.mark.parametrize("lo", range(12))
+def test_a_block_on_every_bit_pair(lo):
+    """Every pass of a block (each chunk length, and the bits below the chunks) against numpy in
+    double precision: the forward, and the backward's un-applied states and transition matrix."""
+    qubits, rng = 12, np.random.default_rng(lo)
+    u = np.linalg.qr(rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4)))[0]
+    for hi in set(range(qubits)) - {lo}:
+        psi, lam = random_state(rng, qubits), random_state(rng, qubits)
+        expected_psi = on_bits(u, psi, hi, lo, qubits)
+        applied = psi.copy()
+        kernel.apply_block(applied, u, hi, lo)
+        np.testing.assert_allclose(as_tensor(applied, qubits), expected_psi, atol=1e-5)
+
+        ud = u.conj().T
+        back_psi, back_lam = on_bits(ud, psi, hi, lo, qubits), on_bits(ud, lam, hi, lo, qubits)
+        rows = np.moveaxis(back_psi, [qubits - 1 - hi, qubits - 1 - lo], [0, 1]).reshape(4, -1)
+        columns = np.moveaxis(as_tensor(lam, qubits), [qubits - 1 - hi, qubits - 1 - lo], [0, 1]).reshape(4, -1)
+        transition = kernel.unapply_with_transition(psi, lam, u, hi, lo)
+        np.testing.assert_allclose(as_tensor(psi, qubits), back_psi, atol=1e-5)
+        np.testing.assert_allclose(as_tensor(lam, qubits), back_lam, atol=1e-5)
+        np.testing.assert_allclose(transition, rows @ columns.conj().T, atol=1e-3)
 
 
 SYMBOLS = sympy.symbols("a b c d")

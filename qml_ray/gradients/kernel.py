@@ -129,25 +129,6 @@ def mix_group(state, index, mr, mi):
 
 
 @numba.njit(**JIT)
-def run_views(state, start, hi, lo):
-    """The state's four runs of the groups from `start`, (bit hi, bit lo) = 00, 01, 10, 11, each as
-    real and imaginary views: separate views over contiguous runs let LLVM vectorise loops over them."""
-    length, o1, o2 = 1 << min(hi, lo), start + (1 << lo), start + (1 << hi)
-    o3 = o2 + (1 << lo)
-    re, im = state[0], state[1]
-    return (
-        re[start : start + length],
-        im[start : start + length],
-        re[o1 : o1 + length],
-        im[o1 : o1 + length],
-        re[o2 : o2 + length],
-        im[o2 : o2 + length],
-        re[o3 : o3 + length],
-        im[o3 : o3 + length],
-    )
-
-
-@numba.njit(**JIT)
 def group_index(group, hi, lo):
     """The amplitude indices of a group: its number with zero bits put in at hi and lo, then each bit set."""
     small, big = min(hi, lo), max(hi, lo)
@@ -156,47 +137,13 @@ def group_index(group, hi, lo):
     return i, i + (1 << lo), i + (1 << hi), i + (1 << hi) + (1 << lo)
 
 
-@numba.njit(**JIT)
-def apply_block(state, u, hi, lo):
-    """state <- (u on qubits hi, lo) state."""
-    mr, mi = scalars(u)
-    small, big = min(hi, lo), max(hi, lo)
-    if small >= VECTOR_BITS:
-        for outer in range(0, state.shape[1], 1 << (big + 1)):
-            for start in range(outer, outer + (1 << big), 1 << (small + 1)):
-                views = run_views(state, start, hi, lo)
-                for j in range(views[0].shape[0]):
-                    mix(views, j, mr, mi)
-        return
-    for first in range(0, state.shape[1] >> 2, GROUPS_AT_ONCE):
-        for group in range(first, first + GROUPS_AT_ONCE):
-            mix_group(state, group_index(group, hi, lo), mr, mi)
-
-
-CHUNK = 256  # amplitudes per run summed in float32 before the transition matrix takes them in double
-
-
 @numba.njit(inline="always", **JIT)
-def chunk_views(views, start, stop):
-    return (
-        views[0][start:stop],
-        views[1][start:stop],
-        views[2][start:stop],
-        views[3][start:stop],
-        views[4][start:stop],
-        views[5][start:stop],
-        views[6][start:stop],
-        views[7][start:stop],
-    )
-
-
-@numba.njit(inline="always", **JIT)
-def add_transition(total, p, q):
-    """total[r] += sum_j p_r[j] conj(q_c[j]) for c = 0..3 (re, im interleaved), summed in float32."""
+def add_transition(total, p, q, length):
+    """total[r] += sum_j p_r[j] conj(q_c[j]) for c = 0..3 (re, im interleaved), j < length, summed in float32."""
     for r in range(4):
         pr, pi = p[2 * r], p[2 * r + 1]
         s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
-        for j in range(pr.shape[0]):
+        for j in range(length):
             a, b = pr[j], pi[j]
             s0 += a * q[0][j] + b * q[1][j]
             s1 += b * q[0][j] - a * q[1][j]
@@ -216,26 +163,104 @@ def add_transition(total, p, q):
         total[r, 7] += s7
 
 
+CHUNK_BITS = 8  # runs are taken in chunks of at most 2^8 amplitudes
+
+
+def chunk_kernels(length: int) -> tuple:
+    """A block's pass over the state's runs in chunks of `length` amplitudes, `length` fixed when
+    compiled: LLVM then vectorises each chunk whole, with no remainder loop (into which loops over short
+    runs of a length known only at run time fell: a block on bit 4 cost 4x one on bit 8)."""
+
+    @numba.njit(inline="always", **JIT)
+    def chunk_views(state, start, hi, lo):
+        """The chunk from `start` of the state's four runs (bit hi, bit lo) = 00, 01, 10, 11, as real
+        and imaginary views."""
+        o1, o2 = start + (1 << lo), start + (1 << hi)
+        o3 = o2 + (1 << lo)
+        re, im = state[0], state[1]
+        return (
+            re[start : start + length],
+            im[start : start + length],
+            re[o1 : o1 + length],
+            im[o1 : o1 + length],
+            re[o2 : o2 + length],
+            im[o2 : o2 + length],
+            re[o3 : o3 + length],
+            im[o3 : o3 + length],
+        )
+
+    @numba.njit(**JIT)
+    def apply_chunks(state, mr, mi, hi, lo):
+        small, big = min(hi, lo), max(hi, lo)
+        for outer in range(0, state.shape[1], 1 << (big + 1)):
+            for run in range(outer, outer + (1 << big), 1 << (small + 1)):
+                for start in range(run, run + (1 << small), length):
+                    views = chunk_views(state, start, hi, lo)
+                    for j in range(length):
+                        mix(views, j, mr, mi)
+
+    @numba.njit(**JIT)
+    def unapply_chunks(psi, lam, mr, mi, hi, lo, total):
+        small, big = min(hi, lo), max(hi, lo)
+        for outer in range(0, psi.shape[1], 1 << (big + 1)):
+            for run in range(outer, outer + (1 << big), 1 << (small + 1)):
+                for start in range(run, run + (1 << small), length):
+                    p, q = chunk_views(psi, start, hi, lo), chunk_views(lam, start, hi, lo)
+                    for j in range(length):
+                        mix(p, j, mr, mi)
+                    for j in range(length):
+                        mix(q, j, mr, mi)
+                    add_transition(total, p, q, length)
+
+    return apply_chunks, unapply_chunks
+
+
+apply_16, unapply_16 = chunk_kernels(16)
+apply_32, unapply_32 = chunk_kernels(32)
+apply_64, unapply_64 = chunk_kernels(64)
+apply_128, unapply_128 = chunk_kernels(128)
+apply_256, unapply_256 = chunk_kernels(1 << CHUNK_BITS)
+
+
+@numba.njit(**JIT)
+def apply_block(state, u, hi, lo):
+    """state <- (u on qubits hi, lo) state."""
+    mr, mi = scalars(u)
+    small = min(hi, lo)
+    if small >= CHUNK_BITS:
+        apply_256(state, mr, mi, hi, lo)
+    elif small == 7:
+        apply_128(state, mr, mi, hi, lo)
+    elif small == 6:
+        apply_64(state, mr, mi, hi, lo)
+    elif small == 5:
+        apply_32(state, mr, mi, hi, lo)
+    elif small == VECTOR_BITS:
+        apply_16(state, mr, mi, hi, lo)
+    else:
+        for first in range(0, state.shape[1] >> 2, GROUPS_AT_ONCE):
+            for group in range(first, first + GROUPS_AT_ONCE):
+                mix_group(state, group_index(group, hi, lo), mr, mi)
+
+
 @numba.njit(**JIT)
 def unapply_with_transition(psi, lam, u, hi, lo):
     """One pass over both states: psi <- u^dagger psi; lam <- u^dagger lam; returns
     M[r, c] = sum over the other qubits of psi_r conj(lam_c), with lam before the step (complex128 4x4)."""
     ud = np.conj(u.T)
     mr, mi = scalars(ud)
-    small, big = min(hi, lo), max(hi, lo)
+    small = min(hi, lo)
     total = np.zeros((4, 8))
-    if small >= VECTOR_BITS:
-        for outer in range(0, psi.shape[1], 1 << (big + 1)):
-            for start in range(outer, outer + (1 << big), 1 << (small + 1)):
-                psi_run, lam_run = run_views(psi, start, hi, lo), run_views(lam, start, hi, lo)
-                for first in range(0, psi_run[0].shape[0], CHUNK):
-                    p = chunk_views(psi_run, first, first + CHUNK)
-                    q = chunk_views(lam_run, first, first + CHUNK)
-                    for j in range(p[0].shape[0]):
-                        mix(p, j, mr, mi)
-                    for j in range(q[0].shape[0]):
-                        mix(q, j, mr, mi)
-                    add_transition(total, p, q)
+    if small >= CHUNK_BITS:
+        unapply_256(psi, lam, mr, mi, hi, lo, total)
+    elif small == 7:
+        unapply_128(psi, lam, mr, mi, hi, lo, total)
+    elif small == 6:
+        unapply_64(psi, lam, mr, mi, hi, lo, total)
+    elif small == 5:
+        unapply_32(psi, lam, mr, mi, hi, lo, total)
+    elif small == VECTOR_BITS:
+        unapply_16(psi, lam, mr, mi, hi, lo, total)
     else:
         zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         acc = (zero, zero, zero, zero)
@@ -269,8 +294,21 @@ def parity(x):
 
 
 @numba.njit(**JIT)
+def add_z(out, state, weight, signs):
+    """out += weight * P state for the string of Z on `signs`' bits: each amplitude stays in place."""
+    w = np.float32(weight)
+    for i in range(state.shape[1]):
+        signed = -w if parity(i & signs) else w
+        out[0, i] += signed * state[0, i]
+        out[1, i] += signed * state[1, i]
+
+
+@numba.njit(**JIT)
 def add_pauli(out, state, weight, flip, signs, y_count):
     """out += weight * P state for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`'."""
+    if flip == 0:
+        add_z(out, state, weight, signs)
+        return
     w = weight * (1j ** (y_count % 4))
     wr, wi = np.float32(w.real), np.float32(w.imag)
     for i in range(state.shape[1]):
@@ -321,8 +359,20 @@ def relabel_bits(state, bit_map):
 
 
 @numba.njit(**JIT)
+def z_expectation(state, signs):
+    """<state| P |state> for the string of Z on `signs`' bits: signed probabilities, no complex products."""
+    total = 0.0
+    for i in range(state.shape[1]):
+        probability = np.float64(state[0, i]) ** 2 + np.float64(state[1, i]) ** 2
+        total += -probability if parity(i & signs) else probability
+    return total
+
+
+@numba.njit(**JIT)
 def pauli_expectation(state, flip, signs, y_count):
     """<state| P |state> for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`' (in double)."""
+    if flip == 0:
+        return z_expectation(state, signs)
     total = 0.0 + 0.0j
     for i in range(state.shape[1]):
         sign = -1.0 if parity(i & signs) else 1.0
