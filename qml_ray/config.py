@@ -86,7 +86,7 @@ class Config(pydantic.BaseModel):
     data_in_memory_mb: Whole = _key(
         256,
         "a data set of at most this many MB of Parquet is read once and each worker keeps its shard in memory "
-        "(later epochs shuffle it there); a larger one streams from storage every epoch; 0: always stream",
+        "(reshuffled there every epoch); a larger one streams from storage every epoch; 0: always stream",
         ge=0,
     )
     workers: Whole = _key(1, "Ray Train workers, one MultiWorkerMirroredStrategy replica each", ge=1)

@@ -187,8 +187,8 @@ def for_training(config, train: Source, validation: Source | None) -> tuple[dict
 
 
 def fits_in_memory(config, train: Source, validation: Source | None) -> bool:
-    """Whether each worker keeps its shards in memory after one pass (the whole data set's Parquet
-    is at most `data_in_memory_mb`), or streams them from storage every epoch."""
+    """Whether each worker reads its shards once and keeps them in memory (the whole data set's
+    Parquet is at most `data_in_memory_mb`), or streams them from storage every epoch."""
     files = train.bytes + (validation.bytes if validation else 0)
     return files <= config.data_in_memory_mb * 2**20
 

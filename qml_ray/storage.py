@@ -177,7 +177,7 @@ def check_reachable(location: str) -> None:
     bucket, _ = _split(location)
     filesystem, _ = _filesystem(location)
     if _named(location, lambda: filesystem.get_file_info(bucket).type) == pafs.FileType.NotFound:
-        raise UsageError(f"Cloud Storage bucket {bucket!r} does not exist")
+        raise _missing_bucket(bucket)
 
 
 def check_local_folder(folder: str) -> None:
@@ -472,6 +472,10 @@ def _client():
         raise EnvironmentProblem(NO_CREDENTIALS) from None
 
 
+def _missing_bucket(bucket: str) -> UsageError:
+    return UsageError(f"Cloud Storage bucket {bucket!r} does not exist")
+
+
 def _split(path: str) -> tuple[str, str]:
     bucket, _, name = path[len(GCS_PREFIX) :].partition("/")
     return bucket, name.rstrip("/")
@@ -492,7 +496,7 @@ def _gcs(call, path: str):
         return call()
     except api.NotFound as err:
         if "bucket" in str(err).lower():
-            raise UsageError(f"Cloud Storage bucket {_split(path)[0]!r} does not exist") from None
+            raise _missing_bucket(_split(path)[0]) from None
         raise FileNotFoundError(path) from None
     except api.Forbidden:
         raise _gcs_problem("PERMISSION_DENIED", path) from None

@@ -128,7 +128,7 @@ def replacement_wait(config: config_lib.Config) -> float:
 @dataclass(frozen=True)
 class RunData:
     """What the workers train on: the Ray Datasets of the splits, their rows, the labels' width,
-    and whether each worker keeps its shards in memory after the first epoch."""
+    and whether each worker reads its shards once and keeps them in memory (else streams every epoch)."""
 
     datasets: dict
     rows: dict

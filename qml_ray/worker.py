@@ -46,7 +46,7 @@ class Inputs:
     steps: int
     validation_steps: int
     train_circuits: int
-    repeat: bool = False
+    repeat: bool
 
 
 def train_worker(params: dict) -> None:
