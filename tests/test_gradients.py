@@ -206,8 +206,8 @@ def test_diagonal_gates_wait_for_the_block_on_their_pair():
     )
     names = tuple(str(x) for x in SYMBOLS)
     merged, kept = (plan(tfq.convert_to_tensor([c]).numpy()[0], names) for c in (cluster + conv, forced))
-    assert len(merged.block_qubits) == 3  # four two-qubit gates: CZ(a, b) joined the XX block
-    assert len(kept.block_qubits) == 3  # three two-qubit gates, each in a block of its own
+    assert len(merged.circuit.block_qubits) == 3  # four two-qubit gates: CZ(a, b) joined the XX block
+    assert len(kept.circuit.block_qubits) == 3  # three two-qubit gates, each in a block of its own
     rng = np.random.default_rng(7)
     values = rng.uniform(-1.5, 1.5, size=(2, len(SYMBOLS)))
     readouts = [random_readouts(rng, register) for _ in range(2)]

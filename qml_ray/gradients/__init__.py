@@ -7,7 +7,6 @@ backward sweep over the blocks; one circuit per thread across the batch.
 """
 
 import concurrent.futures
-import functools
 import os
 
 import numpy as np
@@ -16,7 +15,7 @@ import tensorflow_quantum as tfq
 from tensorflow_quantum.python.differentiators import differentiator
 
 from qml_ray.gradients import kernel
-from qml_ray.gradients.plan import UnsupportedGate, plan, readout_terms
+from qml_ray.gradients.plan import Circuit, Readouts, UnsupportedGate, plan
 
 __all__ = ["BlockAdjoint", "UnsupportedGate", "default_threads"]
 
@@ -27,21 +26,10 @@ def default_threads() -> int:
     return int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0) or len(os.sched_getaffinity(0))
 
 
-@functools.lru_cache(maxsize=8192)
-def readout_arrays(pauli_sums: tuple, qubit_index: tuple) -> tuple:
-    """The terms of a circuit's readouts as the kernel takes them: readout, coefficient, flip mask,
-    sign mask, Y count."""
-    terms = [(op, *term) for op, pauli_sum in enumerate(pauli_sums) for term in readout_terms(pauli_sum, qubit_index)]
-    columns = list(zip(*terms)) if terms else [()] * 5
-    return tuple(
-        np.array(column, dtype) for column, dtype in zip(columns, (np.int64, np.float64, np.int64, np.int64, np.int64))
-    )
-
-
-def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple:
-    """A circuit's plan and readouts as arrays for `kernel.circuit_expectations` / `circuit_gradient`."""
+def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple[Circuit, Readouts]:
+    """A circuit and its readouts as `kernel.circuit_expectations` / `circuit_gradient` take them."""
     circuit = plan(program, names)
-    return circuit.arrays(), readout_arrays(tuple(pauli_sums), tuple(circuit.qubit_index.items()))
+    return circuit.circuit, circuit.readouts(tuple(pauli_sums))
 
 
 class BlockAdjoint(tfq.differentiators.Differentiator):
@@ -95,7 +83,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
         def one(row: int) -> None:
             circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
-            kernel.circuit_expectations(*circuit, values[row], *readouts, out[row])
+            kernel.circuit_expectations(circuit, values[row], readouts, out[row])
 
         list(self.pool().map(one, range(len(programs))))
         return out.astype(np.float32)
@@ -108,7 +96,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
         def one(row: int) -> None:
             circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
-            kernel.circuit_gradient(*circuit, values[row], *readouts, upstream[row], out[row])
+            kernel.circuit_gradient(circuit, values[row], readouts, upstream[row], out[row])
 
         list(self.pool().map(one, range(len(programs))))
         return out.astype(np.float32)

@@ -26,21 +26,30 @@ def factor_matrix(eig, proj, exponent, derivative):
 
 
 @numba.njit(**JIT)
-def factor_exponent(factor, symbol, coef, const, values):
-    s = symbol[factor]
-    return const[factor] + (coef[factor] * values[s] if s >= 0 else 0.0)
+def factor_exponent(circuit, f, values):
+    s = circuit.symbol[f]
+    return circuit.const[f] + (circuit.coef[f] * values[s] if s >= 0 else 0.0)
 
 
 @numba.njit(**JIT)
-def block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values):
+def factor_of(circuit, f, values, derivative):
+    """Factor f's matrix at `values`, or with `derivative` its d/de."""
+    kind = circuit.kind[f]
+    return factor_matrix(
+        circuit.kind_eig[kind], circuit.kind_proj[kind], factor_exponent(circuit, f, values), derivative
+    )
+
+
+@numba.njit(**JIT)
+def block_unitaries(circuit, values):
     """Each factor's 4x4 matrix, and each block's product of them (later factors on the left)."""
-    factors = np.empty((kind.shape[0], 4, 4), np.complex128)
-    blocks = np.empty((block_start.shape[0] - 1, 4, 4), np.complex128)
+    starts = circuit.block_start
+    factors = np.empty((circuit.kind.shape[0], 4, 4), np.complex128)
+    blocks = np.empty((starts.shape[0] - 1, 4, 4), np.complex128)
     for b in range(blocks.shape[0]):
         u = np.eye(4, dtype=np.complex128)
-        for f in range(block_start[b], block_start[b + 1]):
-            e = factor_exponent(f, symbol, coef, const, values)
-            factors[f] = factor_matrix(kind_eig[kind[f]], kind_proj[kind[f]], e, False)
+        for f in range(starts[b], starts[b + 1]):
+            factors[f] = factor_of(circuit, f, values, False)
             u = factors[f] @ u
         blocks[b] = u
     return factors, blocks
@@ -293,22 +302,59 @@ def parity(x):
     return x & 1
 
 
+SIGN_BITS = 8  # Z readouts take the state in chunks of 2^8 amplitudes, signed through a table
+
+
 @numba.njit(**JIT)
-def add_z(out, state, weight, signs):
-    """out += weight * P state for the string of Z on `signs`' bits: each amplitude stays in place."""
-    w = np.float32(weight)
-    for i in range(state.shape[1]):
-        signed = -w if parity(i & signs) else w
-        out[0, i] += signed * state[0, i]
-        out[1, i] += signed * state[1, i]
+def sign_table(signs, width):
+    """[terms, width] float32: (-1)^parity(j & signs[t]), the sign of Z string t on the bits below width."""
+    table = np.empty((signs.shape[0], width), np.float32)
+    for t in range(signs.shape[0]):
+        for j in range(width):
+            table[t, j] = -1.0 if parity(j & signs[t]) else 1.0
+    return table
+
+
+@numba.njit(**JIT)
+def z_expectations(state, signs):
+    """<state| Z_t |state> for the strings of Z on signs[t]'s bits, all in one pass: per chunk, each
+    string's low-bit signs dotted with the probabilities, times the sign of its bits above the chunk."""
+    width = min(1 << SIGN_BITS, state.shape[1])
+    table = sign_table(signs, width)
+    probability = np.empty(width, np.float32)
+    totals = np.zeros(signs.shape[0])
+    for start in range(0, state.shape[1], width):
+        for j in range(width):
+            probability[j] = state[0, start + j] ** 2 + state[1, start + j] ** 2
+        for t in range(signs.shape[0]):
+            chunk = np.float32(0.0)
+            for j in range(width):
+                chunk += table[t, j] * probability[j]
+            totals[t] += -chunk if parity(start & signs[t]) else chunk
+    return totals
+
+
+@numba.njit(**JIT)
+def add_z(out, state, weights, signs):
+    """out += sum_t weights[t] Z_t state for the strings of Z on signs[t]'s bits, all in one pass: per
+    chunk, the weighted sum of the strings' signs, then each amplitude scaled by it."""
+    width = min(1 << SIGN_BITS, state.shape[1])
+    table = sign_table(signs, width)
+    scale = np.empty(width, np.float32)
+    for start in range(0, state.shape[1], width):
+        scale[:] = 0.0
+        for t in range(signs.shape[0]):
+            w = np.float32(-weights[t] if parity(start & signs[t]) else weights[t])
+            for j in range(width):
+                scale[j] += w * table[t, j]
+        for j in range(width):
+            out[0, start + j] += scale[j] * state[0, start + j]
+            out[1, start + j] += scale[j] * state[1, start + j]
 
 
 @numba.njit(**JIT)
 def add_pauli(out, state, weight, flip, signs, y_count):
     """out += weight * P state for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`'."""
-    if flip == 0:
-        add_z(out, state, weight, signs)
-        return
     w = weight * (1j ** (y_count % 4))
     wr, wi = np.float32(w.real), np.float32(w.imag)
     for i in range(state.shape[1]):
@@ -326,53 +372,68 @@ def deposit(value, bits):
     return out
 
 
-RELABEL_RUN_BITS = 10  # relabelling moves runs of up to 2^10 amplitudes at a time
+@numba.njit(**JIT)
+def without_bits(value, bits):
+    """`value` with a zero bit put in at each of `bits` (ascending)."""
+    for b in bits:
+        value = ((value >> b) << (b + 1)) | (value & ((1 << b) - 1))
+    return value
+
+
+def part_swapper(count_bits: int):
+    """Relabelling that swaps `count_bits` low bits with as many high bits, the count fixed when compiled
+    so LLVM unrolls the swaps; with all VECTOR_BITS low bits swapped, part u sits at offset u."""
+    count, whole = 1 << count_bits, count_bits == VECTOR_BITS
+
+    @numba.njit(**JIT)
+    def swap_parts(values, lows, highs):
+        """For every setting of the other bits: the amplitude with low bits u, high bits t trades places
+        with the one with low bits t, high bits u (a count x count transpose through a tile, so each
+        cache line is read once and written once)."""
+        at_low = np.array([deposit(t, lows) for t in range(count)])
+        at_high = np.array([deposit(t, highs) for t in range(count)])
+        moved = np.sort(np.concatenate((lows, highs)))
+        tile = np.empty((count, count), np.float32)
+        for rest in range(values.shape[0] >> (2 * count_bits)):
+            base = without_bits(rest, moved)
+            for t in range(count):
+                line = base + at_high[t]
+                for u in range(count):
+                    tile[u, t] = values[line + (u if whole else at_low[u])]
+            for u in range(count):
+                line = base + at_high[u]
+                for t in range(count):
+                    values[line + (t if whole else at_low[t])] = tile[u, t]
+
+    return swap_parts
+
+
+swap_1, swap_2, swap_3, swap_4 = (part_swapper(bits) for bits in range(1, VECTOR_BITS + 1))
 
 
 @numba.njit(**JIT)
 def relabel_bits(state, bit_map):
     """In place: the amplitude at index i moves to the index with bit q of i at bit bit_map[q], where
-    bit_map swaps pairs (low, high) of bits, every low below every high (so it is its own inverse).
-    Works chunk by chunk below the lowest high bit: `count` chunks at a time trade their low-bit parts."""
+    bit_map swaps pairs (low, high) of bits, every low below VECTOR_BITS (so it is its own inverse)."""
     lows = np.array([q for q in range(bit_map.shape[0]) if bit_map[q] > q])
-    if lows.shape[0] == 0:
-        return
     highs = bit_map[lows]
-    width, count = 1 << min(highs.min(), RELABEL_RUN_BITS), 1 << lows.shape[0]
-    low_mask, high_mask = deposit(count - 1, lows), deposit(count - 1, highs)
-    at_high = np.array([deposit(t, highs) for t in range(count)])
-    at_low = np.array([deposit(t, lows) for t in range(count)])
-    rests = np.array([v for v in range(width) if v & low_mask == 0])
-    buffer = np.empty((2, count, width), np.float32)
-    for start in range(0, state.shape[1], width):
-        if start & high_mask:
-            continue
-        for t in range(count):
-            for plane in range(2):
-                buffer[plane, t] = state[plane, start + at_high[t] : start + at_high[t] + width]
-        for t in range(count):  # chunk t's part with low bits u goes to chunk u's part with low bits t
-            for u in range(count):
-                source, target = at_low[u], start + at_high[u] + at_low[t]
-                for rest in rests:
-                    state[0, target + rest] = buffer[0, t, source + rest]
-                    state[1, target + rest] = buffer[1, t, source + rest]
-
-
-@numba.njit(**JIT)
-def z_expectation(state, signs):
-    """<state| P |state> for the string of Z on `signs`' bits: signed probabilities, no complex products."""
-    total = 0.0
-    for i in range(state.shape[1]):
-        probability = np.float64(state[0, i]) ** 2 + np.float64(state[1, i]) ** 2
-        total += -probability if parity(i & signs) else probability
-    return total
+    if lows.shape[0] == 4:
+        for plane in range(2):
+            swap_4(state[plane], lows, highs)
+    elif lows.shape[0] == 3:
+        for plane in range(2):
+            swap_3(state[plane], lows, highs)
+    elif lows.shape[0] == 2:
+        for plane in range(2):
+            swap_2(state[plane], lows, highs)
+    elif lows.shape[0] == 1:
+        for plane in range(2):
+            swap_1(state[plane], lows, highs)
 
 
 @numba.njit(**JIT)
 def pauli_expectation(state, flip, signs, y_count):
     """<state| P |state> for the Pauli string with X or Y on `flip`'s bits, Y or Z on `signs`' (in double)."""
-    if flip == 0:
-        return z_expectation(state, signs)
     total = 0.0 + 0.0j
     for i in range(state.shape[1]):
         sign = -1.0 if parity(i & signs) else 1.0
@@ -382,91 +443,70 @@ def pauli_expectation(state, flip, signs, y_count):
 
 
 @numba.njit(**JIT)
-def simulate(qubits, block_qubits, relabel, bit_maps, blocks):
+def simulate(circuit, blocks):
     """The state (planes: real, imaginary) after the blocks, from |0...0>."""
-    psi = np.zeros((2, 1 << qubits), np.float32)
+    psi = np.zeros((2, 1 << circuit.qubits), np.float32)
     psi[0, 0] = 1
     for b in range(blocks.shape[0]):
-        if relabel[b] >= 0:
-            relabel_bits(psi, bit_maps[relabel[b]])
-        apply_block(psi, blocks[b], block_qubits[b, 0], block_qubits[b, 1])
+        if circuit.relabel[b] >= 0:
+            relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]])
+        apply_block(psi, blocks[b], circuit.block_qubits[b, 0], circuit.block_qubits[b, 1])
     return psi
 
 
 @numba.njit(**JIT)
-def circuit_expectations(
-    qubits,
-    block_qubits,
-    relabel,
-    bit_maps,
-    block_start,
-    kind,
-    symbol,
-    coef,
-    const,
-    kind_eig,
-    kind_proj,
-    values,
-    term_op,
-    term_coef,
-    term_flip,
-    term_signs,
-    term_y,
-    out,
-):
-    """out[k] += <psi|O_k|psi>, psi the circuit's state, O_k as in circuit_gradient."""
-    _, blocks = block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values)
-    psi = simulate(qubits, block_qubits, relabel, bit_maps, blocks)
-    for t in range(term_op.shape[0]):
-        out[term_op[t]] += term_coef[t] * pauli_expectation(psi, term_flip[t], term_signs[t], term_y[t])
+def circuit_expectations(circuit, values, readouts, out):
+    """out[k] += <psi|O_k|psi>, psi the circuit's state (a `plan.Circuit`), O_k the sum of the
+    `readouts`' terms t with readouts.op[t] == k: readouts.coef[t] times a Pauli string on the bits of
+    the circuit's end."""
+    _, blocks = block_unitaries(circuit, values)
+    psi = simulate(circuit, blocks)
+    z = readouts.flip == 0
+    for t, value in zip(np.nonzero(z)[0], z_expectations(psi, readouts.signs[z])):
+        out[readouts.op[t]] += readouts.coef[t] * value
+    for t in np.nonzero(~z)[0]:
+        value = pauli_expectation(psi, readouts.flip[t], readouts.signs[t], readouts.y_count[t])
+        out[readouts.op[t]] += readouts.coef[t] * value
 
 
 @numba.njit(**JIT)
-def circuit_gradient(
-    qubits,
-    block_qubits,
-    relabel,
-    bit_maps,
-    block_start,
-    kind,
-    symbol,
-    coef,
-    const,
-    kind_eig,
-    kind_proj,
-    values,
-    term_op,
-    term_coef,
-    term_flip,
-    term_signs,
-    term_y,
-    upstream,
-    grad,
-):
-    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi>, psi the circuit's state.
+def add_observable(lam, psi, readouts, upstream):
+    """lam += sum_k upstream[k] O_k psi (O_k as in circuit_expectations)."""
+    weights = upstream[readouts.op] * readouts.coef
+    z = readouts.flip == 0
+    add_z(lam, psi, weights[z], readouts.signs[z])
+    for t in np.nonzero(~z)[0]:
+        add_pauli(lam, psi, weights[t], readouts.flip[t], readouts.signs[t], readouts.y_count[t])
 
-    O_k is the sum of the terms t with term_op[t] == k: term_coef[t] times a Pauli string (on the bits
-    of the circuit's end)."""
-    factors, blocks = block_unitaries(block_start, kind, symbol, coef, const, kind_eig, kind_proj, values)
-    psi = simulate(qubits, block_qubits, relabel, bit_maps, blocks)
+
+@numba.njit(**JIT)
+def circuit_gradient(circuit, values, readouts, upstream, grad):
+    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi> (as in circuit_expectations)."""
+    factors, blocks = block_unitaries(circuit, values)
+    psi = simulate(circuit, blocks)
     lam = np.zeros_like(psi)
-    for t in range(term_op.shape[0]):
-        add_pauli(lam, psi, upstream[term_op[t]] * term_coef[t], term_flip[t], term_signs[t], term_y[t])
+    add_observable(lam, psi, readouts, upstream)
     for b in range(blocks.shape[0] - 1, -1, -1):
-        m = unapply_with_transition(psi, lam, blocks[b], block_qubits[b, 0], block_qubits[b, 1])
-        if relabel[b] >= 0:
-            relabel_bits(psi, bit_maps[relabel[b]])
-            relabel_bits(lam, bit_maps[relabel[b]])
-        # d/de of the block (L F(e) R) contributes 2 Re Tr(dF/de . R M L).
-        start, stop = block_start[b], block_start[b + 1]
-        right = np.empty((stop - start + 1, 4, 4), np.complex128)  # right[j]: factors before start + j
-        right[0] = np.eye(4, dtype=np.complex128)
-        for j in range(stop - start):
-            right[j + 1] = factors[start + j] @ right[j]
-        left = np.eye(4, dtype=np.complex128)  # factors after f
-        for f in range(stop - 1, start - 1, -1):
-            if symbol[f] >= 0:
-                e = factor_exponent(f, symbol, coef, const, values)
-                d = factor_matrix(kind_eig[kind[f]], kind_proj[kind[f]], e, True)
-                grad[symbol[f]] += 2.0 * coef[f] * np.real(np.trace(d @ right[f - start] @ m @ left))
-            left = left @ factors[f]
+        m = unapply_with_transition(psi, lam, blocks[b], circuit.block_qubits[b, 0], circuit.block_qubits[b, 1])
+        if circuit.relabel[b] >= 0:
+            relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]])
+            relabel_bits(lam, circuit.bit_maps[circuit.relabel[b]])
+        add_block_gradient(circuit, values, factors, b, m, grad)
+
+
+@numba.njit(**JIT)
+def add_block_gradient(circuit, values, factors, b, m, grad):
+    """Block b's part of the gradient, m its transition matrix: d/de of the block (L F(e) R)
+    contributes 2 Re Tr(dF/de . R M L)."""
+    start, stop = circuit.block_start[b], circuit.block_start[b + 1]
+    right = np.empty((stop - start + 1, 4, 4), np.complex128)  # right[j]: factors before start + j
+    right[0] = np.eye(4, dtype=np.complex128)
+    for j in range(stop - start):
+        right[j + 1] = factors[start + j] @ right[j]
+    left = np.eye(4, dtype=np.complex128)  # factors after f
+    for f in range(stop - 1, start - 1, -1):
+        s = circuit.symbol[f]
+        if s >= 0:
+            d = factor_of(circuit, f, values, True)
+            grad[s] += 2.0 * circuit.coef[f] * np.real(np.trace(d @ right[f - start] @ m @ left))
+        left = left @ factors[f]

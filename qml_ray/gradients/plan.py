@@ -10,6 +10,7 @@ low bits, and the state is relabelled when a block needs one of them (Belady's r
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import cirq
 import numpy as np
@@ -41,9 +42,9 @@ class Factor:
         return all(np.count_nonzero(p - np.diag(np.diag(p))) == 0 for p in self.proj)
 
 
-@dataclass(frozen=True)
-class Plan:
-    """One circuit's fused blocks and factors, as arrays for `kernel.circuit_gradient`."""
+class Circuit(NamedTuple):
+    """One circuit's fused blocks and factors, as the kernel takes them (numba reads a NamedTuple as
+    one typed value, so the kernel's signature names one structure, not its arrays)."""
 
     qubits: int
     block_qubits: np.ndarray  # [blocks, 2] int64: the bits (hi, lo) the block acts on
@@ -56,22 +57,27 @@ class Plan:
     const: np.ndarray  # [factors] float64
     kind_eig: np.ndarray  # [kinds, 4] float64
     kind_proj: np.ndarray  # [kinds, 4, 4, 4] complex128: projectors in the block's basis
+
+
+class Readouts(NamedTuple):
+    """A circuit's readouts as the kernel takes them: term t adds coef[t] times a Pauli string to
+    readout op[t]."""
+
+    op: np.ndarray  # [terms] int64
+    coef: np.ndarray  # [terms] float64
+    flip: np.ndarray  # [terms] int64: the bits with X or Y
+    signs: np.ndarray  # [terms] int64: the bits with Y or Z
+    y_count: np.ndarray  # [terms] int64
+
+
+@dataclass(frozen=True)
+class Plan:
+    circuit: Circuit
     qubit_index: dict  # serialized qubit id -> its bit at the end of the circuit
 
-    def arrays(self) -> tuple:
-        return (
-            self.qubits,
-            self.block_qubits,
-            self.relabel,
-            self.bit_maps,
-            self.block_start,
-            self.kind,
-            self.symbol,
-            self.coef,
-            self.const,
-            self.kind_eig,
-            self.kind_proj,
-        )
+    def readouts(self, pauli_sums: tuple) -> Readouts:
+        """The serialized Pauli sums on this circuit's qubits."""
+        return _readouts(pauli_sums, tuple(self.qubit_index.items()))
 
 
 def plan(program: bytes, symbol_names: tuple) -> Plan:
@@ -95,9 +101,15 @@ def _plan(program: bytes, symbol_names: tuple) -> Plan:
 
 
 @functools.lru_cache(maxsize=8192)
-def readout_terms(pauli_sum: bytes, qubit_index: tuple) -> list[tuple[float, int, int, int]]:
+def _readouts(pauli_sums: tuple, qubit_index: tuple) -> Readouts:
+    terms = [(op, *term) for op, pauli_sum in enumerate(pauli_sums) for term in _terms(pauli_sum, dict(qubit_index))]
+    columns = list(zip(*terms)) if terms else [()] * len(Readouts._fields)
+    dtypes = (np.int64, np.float64, np.int64, np.int64, np.int64)
+    return Readouts(*(np.array(column, dtype) for column, dtype in zip(columns, dtypes)))
+
+
+def _terms(pauli_sum: bytes, index: dict) -> list[tuple[float, int, int, int]]:
     """(coefficient, flip mask, sign mask, Y count) of each term of a serialized Pauli sum."""
-    index = dict(qubit_index)
     terms = []
     for term in pauli_sum_pb2.PauliSum.FromString(pauli_sum).terms:
         flip = signs = y_count = 0
@@ -324,7 +336,7 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
         starts.append(len(rows))
     kind, symbol, coef, const = zip(*rows) if rows else ((), (), (), ())
     placed, relabel, bit_maps, final = _placement([pair for pair, _ in blocks], qubits)
-    return Plan(
+    circuit = Circuit(
         qubits=qubits,
         block_qubits=np.array(placed, np.int64).reshape(-1, 2),
         relabel=np.array(relabel, np.int64),
@@ -336,5 +348,5 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
         const=np.array(const, np.float64),
         kind_eig=np.array(kind_eig, np.float64).reshape(-1, 4),
         kind_proj=np.array(kind_proj, np.complex128).reshape(-1, 4, 4, 4),
-        qubit_index={q: final[i] for q, i in index.items()},
     )
+    return Plan(circuit, {q: final[i] for q, i in index.items()})
