@@ -2,6 +2,7 @@
 simulator, on the QCNN, on random circuits of every supported gate family, and in training."""
 
 import csv
+import itertools
 
 import cirq
 import numpy as np
@@ -95,6 +96,72 @@ def test_qcnn_gradients(qubits, layers):
     check(circuits, symbols, values, readouts, upstream)
 
 
+def test_one_circuit_shared_between_threads():
+    """A batch of one 16-qubit circuit on 2 threads cuts every pass of the circuit in two: the values
+    still equal cirq's, central differences and TFQ's; and on 1, 2 or 3 threads they agree within 1e-6."""
+    rng = np.random.default_rng(16)
+    register = qubits_for(16)
+    model, readout_qubits = qcnn_circuit(register, 1)
+    symbols = sorted(cirq.parameter_symbols(model), key=str)
+    circuits = [cluster_state_circuit(register) + cirq.rx(0.7)(register[5]) + model]
+    values = rng.uniform(-2, 2, size=(1, len(symbols)))
+    readouts = [[cirq.Z(q) for q in readout_qubits]]
+    upstream = rng.uniform(-1, 1, size=(1, len(readout_qubits)))
+    check(circuits, symbols, values, readouts, upstream)
+    one, *shared = (
+        forward_and_gradient(BlockAdjoint(threads=threads), circuits, symbols, values, readouts, upstream)
+        for threads in (1, 2, 3)
+    )
+    for other in shared:
+        np.testing.assert_allclose(other[0], one[0], atol=1e-6)
+        np.testing.assert_allclose(other[1], one[1], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_26_qubits_against_a_closed_form():
+    """26 qubits (512 MiB per state), one circuit on 2 threads: pairs of far-apart qubits, each put in a
+    parametrised two-qubit state, then CZ between every neighbour, which leaves each Z's expectation
+    alone. So <Z_q> is its pair's, simulated by cirq on two qubits in double precision, and the gradient
+    is central differences of those."""
+    qubits = 26
+    register = cirq.LineQubit.range(qubits)
+    pairs = [(register[k], register[k + qubits // 2]) for k in range(qubits // 2)]
+    symbols = sympy.symbols(f"t0:{3 * len(pairs)}")
+
+    def pair_circuit(k: int) -> cirq.Circuit:
+        a, b = pairs[k]
+        x, y, z = symbols[3 * k : 3 * k + 3]
+        return cirq.Circuit(cirq.rx(x)(a), cirq.ry(y)(b), cirq.XXPowGate(exponent=z)(a, b), cirq.rz(x)(b))
+
+    circuit = sum((pair_circuit(k) for k in range(len(pairs))), cirq.Circuit())
+    circuit += cirq.Circuit(cirq.CZ(a, b) for a, b in itertools.pairwise(register))
+    rng = np.random.default_rng(26)
+    values = rng.uniform(-2, 2, size=len(symbols))
+    upstream = rng.uniform(-1, 1, size=qubits)
+    readouts = [cirq.Z(q) for q in register]
+
+    def pair_objective(k: int, pair_values) -> float:
+        a, b = pairs[k]
+        weights = upstream[[register.index(a), register.index(b)]]
+        return cirq_objective(pair_circuit(k), symbols[3 * k : 3 * k + 3], pair_values, [cirq.Z(a), cirq.Z(b)], weights)
+
+    expected = np.zeros(qubits)
+    gradient = np.zeros(len(symbols))
+    for k, (a, b) in enumerate(pairs):
+        own = values[3 * k : 3 * k + 3]
+        expected[[register.index(a), register.index(b)]] = cirq_expectations(
+            pair_circuit(k), symbols[3 * k : 3 * k + 3], own, [cirq.Z(a), cirq.Z(b)]
+        )
+        for j in range(3):
+            step = np.eye(3)[j] * STEP
+            gradient[3 * k + j] = (pair_objective(k, own + step) - pair_objective(k, own - step)) / (2 * STEP)
+    forward, block = forward_and_gradient(
+        BlockAdjoint(threads=2), [circuit], symbols, values[None], [readouts], upstream[None]
+    )
+    np.testing.assert_allclose(forward[0], expected, atol=1e-5)
+    np.testing.assert_allclose(block[0], gradient, atol=1e-4)
+
+
 def random_state(rng, qubits: int) -> np.ndarray:
     """A random state as the kernel holds it: float32 planes (real, imaginary)."""
     return rng.standard_normal((2, 1 << qubits)).astype(np.float32)
@@ -112,27 +179,45 @@ def on_bits(u: np.ndarray, state: np.ndarray, hi: int, lo: int, qubits: int) -> 
     return np.moveaxis(moved, [0, 1], list(axes))
 
 
+@pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("lo", range(12))
-def test_a_block_on_every_bit_pair(lo):
+def test_a_block_on_every_bit_pair(lo, parts):
     """Every pass of a block (each chunk length, and the bits below the chunks) against numpy in
-    double precision: the forward, and the backward's un-applied states and transition matrix."""
+    double precision: the forward, and the backward's un-applied states and transition matrix; whole,
+    and cut into 3 parts run on numba's threads."""
     qubits, rng = 12, np.random.default_rng(lo)
     u = np.linalg.qr(rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4)))[0]
     for hi in set(range(qubits)) - {lo}:
         psi, lam = random_state(rng, qubits), random_state(rng, qubits)
         expected_psi = on_bits(u, psi, hi, lo, qubits)
         applied = psi.copy()
-        kernel.apply_block(applied, u, hi, lo)
+        kernel.apply_block(applied, u, hi, lo, parts)
         np.testing.assert_allclose(as_tensor(applied, qubits), expected_psi, atol=1e-5)
 
         ud = u.conj().T
         back_psi, back_lam = on_bits(ud, psi, hi, lo, qubits), on_bits(ud, lam, hi, lo, qubits)
         rows = np.moveaxis(back_psi, [qubits - 1 - hi, qubits - 1 - lo], [0, 1]).reshape(4, -1)
         columns = np.moveaxis(as_tensor(lam, qubits), [qubits - 1 - hi, qubits - 1 - lo], [0, 1]).reshape(4, -1)
-        transition = kernel.unapply_with_transition(psi, lam, u, hi, lo)
+        transition = kernel.unapply_with_transition(psi, lam, u, hi, lo, parts)
         np.testing.assert_allclose(as_tensor(psi, qubits), back_psi, atol=1e-5)
         np.testing.assert_allclose(as_tensor(lam, qubits), back_lam, atol=1e-5)
         np.testing.assert_allclose(transition, rows @ columns.conj().T, atol=1e-3)
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("lows", [(0,), (1, 3), (0, 2, 3), (0, 1, 2, 3)])
+def test_a_relabelling_swaps_bits(lows, parts):
+    """A relabelling moves every amplitude to the index with its low bits and high bits swapped: the
+    state's tensor with those axes exchanged, exactly; whole, and cut into 3 parts."""
+    qubits, rng = 12, np.random.default_rng(len(lows))
+    highs = rng.choice(range(kernel.VECTOR_BITS, qubits), size=len(lows), replace=False)
+    bit_map = np.arange(qubits)
+    bit_map[list(lows)], bit_map[highs] = highs, lows
+    state = random_state(rng, qubits)
+    axes = [qubits - 1 - q for q in bit_map]  # bit q's axis goes where bit bit_map[q]'s was
+    expected = np.moveaxis(as_tensor(state, qubits), [qubits - 1 - q for q in range(qubits)], axes)
+    kernel.relabel_bits(state, bit_map, parts)
+    np.testing.assert_array_equal(as_tensor(state, qubits), expected)
 
 
 SYMBOLS = sympy.symbols("a b c d")

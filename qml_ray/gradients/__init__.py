@@ -3,12 +3,14 @@
 `BlockAdjoint` is a `tfq.differentiators.Differentiator`: use it wherever TFQ takes one,
 e.g. `tfq.layers.PQC(circuit, readouts, differentiator=BlockAdjoint())`. Both passes run on the
 circuit fused into two-qubit blocks (see `kernel`): the forward simulates it, the gradient runs one
-backward sweep over the blocks; one circuit per thread across the batch.
+backward sweep over the blocks; one circuit per thread across the batch, and when the batch has fewer
+circuits than threads, each circuit's passes shared between the threads left over.
 """
 
 import concurrent.futures
 import os
 
+import numba
 import numpy as np
 import tensorflow as tf
 import tensorflow_quantum as tfq
@@ -18,6 +20,8 @@ from qml_ray.gradients import kernel
 from qml_ray.gradients.plan import Circuit, Readouts, UnsupportedGate, plan
 
 __all__ = ["BlockAdjoint", "UnsupportedGate", "default_threads"]
+
+SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share between threads (BENCHMARKS section 4)
 
 
 def default_threads() -> int:
@@ -78,28 +82,39 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
     def expectations(self, programs, symbol_names, symbol_values, pauli_sums) -> np.ndarray:
         """<psi|O|psi> of each circuit's readouts, as numpy arrays (batch-major)."""
-        names, values = self._names(symbol_names), symbol_values.astype(np.float64)
+        values = symbol_values.astype(np.float64)
         out = np.zeros(pauli_sums.shape, np.float64)
 
-        def one(row: int) -> None:
-            circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
-            kernel.circuit_expectations(circuit, values[row], readouts, out[row])
+        def one(row, circuit, readouts, parts) -> None:
+            kernel.circuit_expectations(circuit, values[row], readouts, out[row], parts)
 
-        list(self.pool().map(one, range(len(programs))))
+        self._each(one, programs, symbol_names, pauli_sums)
         return out.astype(np.float32)
 
     def gradient(self, programs, symbol_names, symbol_values, pauli_sums, upstream) -> np.ndarray:
         """d/d symbol_values of sum(upstream * expectations), as numpy arrays (batch-major)."""
-        names, values = self._names(symbol_names), symbol_values.astype(np.float64)
-        upstream = upstream.astype(np.float64)
+        values, upstream = symbol_values.astype(np.float64), upstream.astype(np.float64)
         out = np.zeros(values.shape, np.float64)
+
+        def one(row, circuit, readouts, parts) -> None:
+            kernel.circuit_gradient(circuit, values[row], readouts, upstream[row], out[row], parts)
+
+        self._each(one, programs, symbol_names, pauli_sums)
+        return out.astype(np.float32)
+
+    def _each(self, run, programs, symbol_names, pauli_sums) -> None:
+        """run(row, circuit, readouts, parts) for each circuit of the batch, side by side on the pool; a
+        circuit of SHARED_FROM_QUBITS or more is cut into the parts its share of the threads allows."""
+        names = self._names(symbol_names)
+        parts = min(max(1, self.threads // max(1, len(programs))), numba.config.NUMBA_NUM_THREADS)
 
         def one(row: int) -> None:
             circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
-            kernel.circuit_gradient(circuit, values[row], readouts, upstream[row], out[row])
+            shared = parts if circuit.qubits >= SHARED_FROM_QUBITS else 1
+            numba.set_num_threads(shared)  # this thread's share of numba's threads
+            run(row, circuit, readouts, shared)
 
         list(self.pool().map(one, range(len(programs))))
-        return out.astype(np.float32)
 
     @staticmethod
     def _names(symbol_names) -> tuple:

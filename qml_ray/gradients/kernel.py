@@ -4,11 +4,16 @@ A state of n qubits is complex64 held as two float32 planes (real, imaginary), s
 contiguous runs vectorise; qubit q is bit q of an amplitude's index. A block
 is a 4x4 unitary on two qubits (hi, lo), its basis index 2 * bit(hi) + bit(lo). Transition
 matrices and gradients are accumulated in double precision. Every function releases the GIL,
-so threads run circuits side by side.
+so threads run circuits side by side; and a circuit's passes can cut the state into `parts` that
+numba's own threads run side by side (for a batch with fewer circuits than threads).
 """
 
 import numba
 import numpy as np
+
+# Circuits run on several Python threads at once, each may start numba's threads: only the TBB and
+# OpenMP layers allow that (numba's own workqueue layer aborts the process).
+numba.config.THREADING_LAYER = "threadsafe"
 
 JIT = {"nogil": True, "cache": True, "fastmath": True}
 
@@ -199,27 +204,23 @@ def chunk_kernels(length: int) -> tuple:
         )
 
     @numba.njit(**JIT)
-    def apply_chunks(state, mr, mi, hi, lo):
-        small, big = min(hi, lo), max(hi, lo)
-        for outer in range(0, state.shape[1], 1 << (big + 1)):
-            for run in range(outer, outer + (1 << big), 1 << (small + 1)):
-                for start in range(run, run + (1 << small), length):
-                    views = chunk_views(state, start, hi, lo)
-                    for j in range(length):
-                        mix(views, j, mr, mi)
+    def apply_chunks(state, mr, mi, hi, lo, first, last):
+        """Groups first..last, `length` at a time: consecutive groups of a run are consecutive indices."""
+        for group in range(first, last, length):
+            views = chunk_views(state, group_index(group, hi, lo)[0], hi, lo)
+            for j in range(length):
+                mix(views, j, mr, mi)
 
     @numba.njit(**JIT)
-    def unapply_chunks(psi, lam, mr, mi, hi, lo, total):
-        small, big = min(hi, lo), max(hi, lo)
-        for outer in range(0, psi.shape[1], 1 << (big + 1)):
-            for run in range(outer, outer + (1 << big), 1 << (small + 1)):
-                for start in range(run, run + (1 << small), length):
-                    p, q = chunk_views(psi, start, hi, lo), chunk_views(lam, start, hi, lo)
-                    for j in range(length):
-                        mix(p, j, mr, mi)
-                    for j in range(length):
-                        mix(q, j, mr, mi)
-                    add_transition(total, p, q, length)
+    def unapply_chunks(psi, lam, mr, mi, hi, lo, total, first, last):
+        for group in range(first, last, length):
+            start = group_index(group, hi, lo)[0]
+            p, q = chunk_views(psi, start, hi, lo), chunk_views(lam, start, hi, lo)
+            for j in range(length):
+                mix(p, j, mr, mi)
+            for j in range(length):
+                mix(q, j, mr, mi)
+            add_transition(total, p, q, length)
 
     return apply_chunks, unapply_chunks
 
@@ -232,61 +233,113 @@ apply_256, unapply_256 = chunk_kernels(1 << CHUNK_BITS)
 
 
 @numba.njit(**JIT)
-def apply_block(state, u, hi, lo):
-    """state <- (u on qubits hi, lo) state."""
-    mr, mi = scalars(u)
-    small = min(hi, lo)
-    if small >= CHUNK_BITS:
-        apply_256(state, mr, mi, hi, lo)
-    elif small == 7:
-        apply_128(state, mr, mi, hi, lo)
-    elif small == 6:
-        apply_64(state, mr, mi, hi, lo)
-    elif small == 5:
-        apply_32(state, mr, mi, hi, lo)
-    elif small == VECTOR_BITS:
-        apply_16(state, mr, mi, hi, lo)
-    else:
-        for first in range(0, state.shape[1] >> 2, GROUPS_AT_ONCE):
-            for group in range(first, first + GROUPS_AT_ONCE):
-                mix_group(state, group_index(group, hi, lo), mr, mi)
+def apply_groups(state, mr, mi, hi, lo, first, last):
+    """Groups first..last of a block on low bits, each gathered from four scattered amplitudes."""
+    for step in range(first, last, GROUPS_AT_ONCE):
+        for group in range(step, step + GROUPS_AT_ONCE):
+            mix_group(state, group_index(group, hi, lo), mr, mi)
 
 
 @numba.njit(**JIT)
-def unapply_with_transition(psi, lam, u, hi, lo):
+def unapply_groups(psi, lam, mr, mi, hi, lo, total, first, last):
+    zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    acc = (zero, zero, zero, zero)
+    for step in range(first, last, GROUPS_AT_ONCE):
+        for group in range(step, step + GROUPS_AT_ONCE):
+            index = group_index(group, hi, lo)
+            q = mix_group(psi, index, mr, mi)
+            y = mix_group(lam, index, mr, mi)
+            acc = (
+                accumulate_row(acc[0], q[0], y),
+                accumulate_row(acc[1], q[1], y),
+                accumulate_row(acc[2], q[2], y),
+                accumulate_row(acc[3], q[3], y),
+            )
+    for r in range(4):
+        for c in range(8):
+            total[r, c] += acc[r][c]
+
+
+@numba.njit(**JIT)
+def apply_range(state, mr, mi, hi, lo, first, last):
+    """The matrix (mr, mi) on bits hi, lo, over groups first..last (multiples of 2^CHUNK_BITS)."""
+    small = min(hi, lo)
+    if small >= CHUNK_BITS:
+        apply_256(state, mr, mi, hi, lo, first, last)
+    elif small == 7:
+        apply_128(state, mr, mi, hi, lo, first, last)
+    elif small == 6:
+        apply_64(state, mr, mi, hi, lo, first, last)
+    elif small == 5:
+        apply_32(state, mr, mi, hi, lo, first, last)
+    elif small == VECTOR_BITS:
+        apply_16(state, mr, mi, hi, lo, first, last)
+    else:
+        apply_groups(state, mr, mi, hi, lo, first, last)
+
+
+@numba.njit(**JIT)
+def unapply_range(psi, lam, mr, mi, hi, lo, total, first, last):
+    """apply_range on both states, adding their transition sums to `total`."""
+    small = min(hi, lo)
+    if small >= CHUNK_BITS:
+        unapply_256(psi, lam, mr, mi, hi, lo, total, first, last)
+    elif small == 7:
+        unapply_128(psi, lam, mr, mi, hi, lo, total, first, last)
+    elif small == 6:
+        unapply_64(psi, lam, mr, mi, hi, lo, total, first, last)
+    elif small == 5:
+        unapply_32(psi, lam, mr, mi, hi, lo, total, first, last)
+    elif small == VECTOR_BITS:
+        unapply_16(psi, lam, mr, mi, hi, lo, total, first, last)
+    else:
+        unapply_groups(psi, lam, mr, mi, hi, lo, total, first, last)
+
+
+@numba.njit(**JIT)
+def share(part, parts, count):
+    """Where part `part` of `parts` starts among `count` items, cut at multiples of 2^CHUNK_BITS."""
+    return count if part == parts else ((count >> CHUNK_BITS) * part // parts) << CHUNK_BITS
+
+
+@numba.njit(parallel=True, **JIT)
+def apply_parts(state, mr, mi, hi, lo, parts):
+    groups = state.shape[1] >> 2
+    for part in numba.prange(parts):
+        apply_range(state, mr, mi, hi, lo, share(part, parts, groups), share(part + 1, parts, groups))
+
+
+@numba.njit(parallel=True, **JIT)
+def unapply_parts(psi, lam, mr, mi, hi, lo, parts):
+    groups = psi.shape[1] >> 2
+    totals = np.zeros((parts, 4, 8))
+    for part in numba.prange(parts):
+        first, last = share(part, parts, groups), share(part + 1, parts, groups)
+        unapply_range(psi, lam, mr, mi, hi, lo, totals[part], first, last)
+    return totals.sum(axis=0)
+
+
+@numba.njit(**JIT)
+def apply_block(state, u, hi, lo, parts):
+    """state <- (u on qubits hi, lo) state, the state cut into `parts` run side by side on threads."""
+    mr, mi = scalars(u)
+    if parts > 1:
+        apply_parts(state, mr, mi, hi, lo, parts)
+    else:
+        apply_range(state, mr, mi, hi, lo, 0, state.shape[1] >> 2)
+
+
+@numba.njit(**JIT)
+def unapply_with_transition(psi, lam, u, hi, lo, parts):
     """One pass over both states: psi <- u^dagger psi; lam <- u^dagger lam; returns
     M[r, c] = sum over the other qubits of psi_r conj(lam_c), with lam before the step (complex128 4x4)."""
     ud = np.conj(u.T)
     mr, mi = scalars(ud)
-    small = min(hi, lo)
-    total = np.zeros((4, 8))
-    if small >= CHUNK_BITS:
-        unapply_256(psi, lam, mr, mi, hi, lo, total)
-    elif small == 7:
-        unapply_128(psi, lam, mr, mi, hi, lo, total)
-    elif small == 6:
-        unapply_64(psi, lam, mr, mi, hi, lo, total)
-    elif small == 5:
-        unapply_32(psi, lam, mr, mi, hi, lo, total)
-    elif small == VECTOR_BITS:
-        unapply_16(psi, lam, mr, mi, hi, lo, total)
+    if parts > 1:
+        total = unapply_parts(psi, lam, mr, mi, hi, lo, parts)
     else:
-        zero = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        acc = (zero, zero, zero, zero)
-        for first in range(0, psi.shape[1] >> 2, GROUPS_AT_ONCE):
-            for group in range(first, first + GROUPS_AT_ONCE):
-                index = group_index(group, hi, lo)
-                q = mix_group(psi, index, mr, mi)
-                y = mix_group(lam, index, mr, mi)
-                acc = (
-                    accumulate_row(acc[0], q[0], y),
-                    accumulate_row(acc[1], q[1], y),
-                    accumulate_row(acc[2], q[2], y),
-                    accumulate_row(acc[3], q[3], y),
-                )
-        for r in range(4):
-            for c in range(8):
-                total[r, c] += acc[r][c]
+        total = np.zeros((4, 8))
+        unapply_range(psi, lam, mr, mi, hi, lo, total, 0, psi.shape[1] >> 2)
     # summed against lam after the step, lam_after = u^dagger lam_before: M = M_after u^dagger
     return (total[:, 0::2] + 1j * total[:, 1::2]) @ ud
 
@@ -386,15 +439,15 @@ def part_swapper(count_bits: int):
     count, whole = 1 << count_bits, count_bits == VECTOR_BITS
 
     @numba.njit(**JIT)
-    def swap_parts(values, lows, highs):
+    def swap_parts(values, lows, highs, first, last):
         """For every setting of the other bits: the amplitude with low bits u, high bits t trades places
         with the one with low bits t, high bits u (a count x count transpose through a tile, so each
-        cache line is read once and written once)."""
+        cache line is read once and written once); the settings first..last of the other bits."""
         at_low = np.array([deposit(t, lows) for t in range(count)])
         at_high = np.array([deposit(t, highs) for t in range(count)])
         moved = np.sort(np.concatenate((lows, highs)))
         tile = np.empty((count, count), np.float32)
-        for rest in range(values.shape[0] >> (2 * count_bits)):
+        for rest in range(first, last):
             base = without_bits(rest, moved)
             for t in range(count):
                 line = base + at_high[t]
@@ -412,23 +465,39 @@ swap_1, swap_2, swap_3, swap_4 = (part_swapper(bits) for bits in range(1, VECTOR
 
 
 @numba.njit(**JIT)
-def relabel_bits(state, bit_map):
+def relabel_range(values, lows, highs, first, last):
+    """swap_parts on one plane for its settings first..last of the other bits."""
+    if lows.shape[0] == 4:
+        swap_4(values, lows, highs, first, last)
+    elif lows.shape[0] == 3:
+        swap_3(values, lows, highs, first, last)
+    elif lows.shape[0] == 2:
+        swap_2(values, lows, highs, first, last)
+    else:
+        swap_1(values, lows, highs, first, last)
+
+
+@numba.njit(parallel=True, **JIT)
+def relabel_parts(state, lows, highs, parts):
+    rests = state.shape[1] >> (2 * lows.shape[0])
+    for job in numba.prange(2 * parts):
+        plane, part = job // parts, job % parts
+        relabel_range(state[plane], lows, highs, share(part, parts, rests), share(part + 1, parts, rests))
+
+
+@numba.njit(**JIT)
+def relabel_bits(state, bit_map, parts):
     """In place: the amplitude at index i moves to the index with bit q of i at bit bit_map[q], where
     bit_map swaps pairs (low, high) of bits, every low below VECTOR_BITS (so it is its own inverse)."""
     lows = np.array([q for q in range(bit_map.shape[0]) if bit_map[q] > q])
     highs = bit_map[lows]
-    if lows.shape[0] == 4:
+    if lows.shape[0] == 0:
+        return
+    if parts > 1:
+        relabel_parts(state, lows, highs, parts)
+    else:
         for plane in range(2):
-            swap_4(state[plane], lows, highs)
-    elif lows.shape[0] == 3:
-        for plane in range(2):
-            swap_3(state[plane], lows, highs)
-    elif lows.shape[0] == 2:
-        for plane in range(2):
-            swap_2(state[plane], lows, highs)
-    elif lows.shape[0] == 1:
-        for plane in range(2):
-            swap_1(state[plane], lows, highs)
+            relabel_range(state[plane], lows, highs, 0, state.shape[1] >> (2 * lows.shape[0]))
 
 
 @numba.njit(**JIT)
@@ -443,24 +512,24 @@ def pauli_expectation(state, flip, signs, y_count):
 
 
 @numba.njit(**JIT)
-def simulate(circuit, blocks):
-    """The state (planes: real, imaginary) after the blocks, from |0...0>."""
+def simulate(circuit, blocks, parts):
+    """The state (planes: real, imaginary) after the blocks, from |0...0>, each pass in `parts` parts."""
     psi = np.zeros((2, 1 << circuit.qubits), np.float32)
     psi[0, 0] = 1
     for b in range(blocks.shape[0]):
         if circuit.relabel[b] >= 0:
-            relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]])
-        apply_block(psi, blocks[b], circuit.block_qubits[b, 0], circuit.block_qubits[b, 1])
+            relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]], parts)
+        apply_block(psi, blocks[b], circuit.block_qubits[b, 0], circuit.block_qubits[b, 1], parts)
     return psi
 
 
 @numba.njit(**JIT)
-def circuit_expectations(circuit, values, readouts, out):
+def circuit_expectations(circuit, values, readouts, out, parts):
     """out[k] += <psi|O_k|psi>, psi the circuit's state (a `plan.Circuit`), O_k the sum of the
     `readouts`' terms t with readouts.op[t] == k: readouts.coef[t] times a Pauli string on the bits of
-    the circuit's end."""
+    the circuit's end. Each pass over the state runs in `parts` parts side by side on numba's threads."""
     _, blocks = block_unitaries(circuit, values)
-    psi = simulate(circuit, blocks)
+    psi = simulate(circuit, blocks, parts)
     z = readouts.flip == 0
     for t, value in zip(np.nonzero(z)[0], z_expectations(psi, readouts.signs[z])):
         out[readouts.op[t]] += readouts.coef[t] * value
@@ -480,17 +549,18 @@ def add_observable(lam, psi, readouts, upstream):
 
 
 @numba.njit(**JIT)
-def circuit_gradient(circuit, values, readouts, upstream, grad):
+def circuit_gradient(circuit, values, readouts, upstream, grad, parts):
     """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi> (as in circuit_expectations)."""
     factors, blocks = block_unitaries(circuit, values)
-    psi = simulate(circuit, blocks)
+    psi = simulate(circuit, blocks, parts)
     lam = np.zeros_like(psi)
     add_observable(lam, psi, readouts, upstream)
     for b in range(blocks.shape[0] - 1, -1, -1):
-        m = unapply_with_transition(psi, lam, blocks[b], circuit.block_qubits[b, 0], circuit.block_qubits[b, 1])
+        hi, lo = circuit.block_qubits[b]
+        m = unapply_with_transition(psi, lam, blocks[b], hi, lo, parts)
         if circuit.relabel[b] >= 0:
-            relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]])
-            relabel_bits(lam, circuit.bit_maps[circuit.relabel[b]])
+            relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]], parts)
+            relabel_bits(lam, circuit.bit_maps[circuit.relabel[b]], parts)
         add_block_gradient(circuit, values, factors, b, m, grad)
 
 
