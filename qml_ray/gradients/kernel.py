@@ -550,18 +550,38 @@ def add_observable(lam, psi, readouts, upstream):
 
 @numba.njit(**JIT)
 def circuit_gradient(circuit, values, readouts, upstream, grad, parts):
-    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi> (as in circuit_expectations)."""
+    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi> (as in circuit_expectations).
+
+    The backward sweep collects a transition matrix only for blocks with a symbol, un-applies the others
+    from both states, and stops at the first block with a symbol (the blocks before it, such as a data
+    encoding, have nothing to differentiate)."""
     factors, blocks = block_unitaries(circuit, values)
     psi = simulate(circuit, blocks, parts)
     lam = np.zeros_like(psi)
     add_observable(lam, psi, readouts, upstream)
-    for b in range(blocks.shape[0] - 1, -1, -1):
+    symbolic = with_symbols(circuit)
+    first = np.argmax(symbolic) if symbolic.any() else symbolic.shape[0]
+    for b in range(blocks.shape[0] - 1, first - 1, -1):
         hi, lo = circuit.block_qubits[b]
-        m = unapply_with_transition(psi, lam, blocks[b], hi, lo, parts)
-        if circuit.relabel[b] >= 0:
+        if symbolic[b]:
+            m = unapply_with_transition(psi, lam, blocks[b], hi, lo, parts)
+            add_block_gradient(circuit, values, factors, b, m, grad)
+        else:
+            for state in (psi, lam):
+                apply_block(state, np.conj(blocks[b].T), hi, lo, parts)
+        if circuit.relabel[b] >= 0 and b > first:
             relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]], parts)
             relabel_bits(lam, circuit.bit_maps[circuit.relabel[b]], parts)
-        add_block_gradient(circuit, values, factors, b, m, grad)
+
+
+@numba.njit(**JIT)
+def with_symbols(circuit):
+    """[blocks] bool: whether block b has a factor with a symbol."""
+    starts = circuit.block_start
+    out = np.zeros(starts.shape[0] - 1, np.bool_)
+    for b in range(out.shape[0]):
+        out[b] = (circuit.symbol[starts[b] : starts[b + 1]] >= 0).any()
+    return out
 
 
 @numba.njit(**JIT)
