@@ -205,12 +205,12 @@ def test_a_block_on_every_bit_pair(lo, parts):
 
 
 @pytest.mark.parametrize("parts", [1, 3])
-@pytest.mark.parametrize("lows", [(0,), (1, 3), (0, 2, 3), (0, 1, 2, 3)])
+@pytest.mark.parametrize("lows", [(0,), (1, 3), (0, 2, 3), (0, 1, 2, 4), (0, 1, 2, 3, 4)])
 def test_a_relabelling_swaps_bits(lows, parts):
     """A relabelling moves every amplitude to the index with its low bits and high bits swapped: the
     state's tensor with those axes exchanged, exactly; whole, and cut into 3 parts."""
     qubits, rng = 12, np.random.default_rng(len(lows))
-    highs = rng.choice(range(kernel.VECTOR_BITS, qubits), size=len(lows), replace=False)
+    highs = rng.choice(range(kernel.PARKED_BITS, qubits), size=len(lows), replace=False)
     bit_map = np.arange(qubits)
     bit_map[list(lows)], bit_map[highs] = highs, lows
     state = random_state(rng, qubits)

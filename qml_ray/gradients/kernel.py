@@ -115,6 +115,7 @@ def accumulate_row(acc, p, x):
 
 
 VECTOR_BITS = 4  # a block whose lower qubit is at least this bit runs over contiguous runs of >= 16 amplitudes
+PARKED_BITS = 5  # the plan parks the qubits needed last on the bits below this (so blocks run on runs of >= 32)
 
 GROUPS_AT_ONCE = 8  # groups per step of the loop for lower blocks (a fixed count LLVM unrolls)
 MIN_QUBITS = 5  # states are padded to this many qubits, so they hold a whole number of GROUPS_AT_ONCE
@@ -435,8 +436,8 @@ def without_bits(value, bits):
 
 def part_swapper(count_bits: int):
     """Relabelling that swaps `count_bits` low bits with as many high bits, the count fixed when compiled
-    so LLVM unrolls the swaps; with all VECTOR_BITS low bits swapped, part u sits at offset u."""
-    count, whole = 1 << count_bits, count_bits == VECTOR_BITS
+    so LLVM unrolls the swaps; with all PARKED_BITS low bits swapped, part u sits at offset u."""
+    count, whole = 1 << count_bits, count_bits == PARKED_BITS
 
     @numba.njit(**JIT)
     def swap_parts(values, lows, highs, first, last):
@@ -461,13 +462,15 @@ def part_swapper(count_bits: int):
     return swap_parts
 
 
-swap_1, swap_2, swap_3, swap_4 = (part_swapper(bits) for bits in range(1, VECTOR_BITS + 1))
+swap_1, swap_2, swap_3, swap_4, swap_5 = (part_swapper(bits) for bits in range(1, PARKED_BITS + 1))
 
 
 @numba.njit(**JIT)
 def relabel_range(values, lows, highs, first, last):
     """swap_parts on one plane for its settings first..last of the other bits."""
-    if lows.shape[0] == 4:
+    if lows.shape[0] == 5:
+        swap_5(values, lows, highs, first, last)
+    elif lows.shape[0] == 4:
         swap_4(values, lows, highs, first, last)
     elif lows.shape[0] == 3:
         swap_3(values, lows, highs, first, last)
@@ -488,7 +491,7 @@ def relabel_parts(state, lows, highs, parts):
 @numba.njit(**JIT)
 def relabel_bits(state, bit_map, parts):
     """In place: the amplitude at index i moves to the index with bit q of i at bit bit_map[q], where
-    bit_map swaps pairs (low, high) of bits, every low below VECTOR_BITS (so it is its own inverse)."""
+    bit_map swaps pairs (low, high) of bits, every low below PARKED_BITS (so it is its own inverse)."""
     lows = np.array([q for q in range(bit_map.shape[0]) if bit_map[q] > q])
     highs = bit_map[lows]
     if lows.shape[0] == 0:

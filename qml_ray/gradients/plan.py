@@ -275,9 +275,9 @@ def _fuse(factors: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
 
 def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[int], list[list[int]], list[int]]:
     """Bits for each block's qubits, the relabellings (block index, bit map) on the way, and each qubit's
-    final bit. The `low` qubits needed last wait on the bits below kernel.VECTOR_BITS; when a block
+    final bit. The `low` qubits needed last wait on the bits below kernel.PARKED_BITS; when a block
     needs one, the qubits needed last take the low bits by swapping with the ones leaving them."""
-    low = max(1, min(kernel.VECTOR_BITS, qubits // 2 - 1))
+    low = max(1, min(kernel.PARKED_BITS, qubits // 2 - 1))
     uses = [[b for b, pair in enumerate(pairs) if q in pair] for q in range(qubits)]
 
     def needed_last(after: int) -> list[int]:
