@@ -1,12 +1,15 @@
 """The benchmark end to end: every runtime really trains, and every figure is there."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
+from qml_ray.bench import peers
 from qml_ray.bench.report import RESULT_FIELDS
 
-from conftest import SMOKE, run_command
+from conftest import ROOT, SMOKE, command_env, run_command
 
 
 def test_runtimes_measures_every_runtime_at_1_and_2_workers(tmp_path):
@@ -42,8 +45,57 @@ def test_circuits_times_forward_and_gradient(tmp_path):
         assert probe["speedup"] == pytest.approx(
             probe["tfq_forward_gradient_seconds"] / probe["block_forward_gradient_seconds"]
         )
+        assert probe["copy_bandwidth"] > 0
+        assert probe["block_forward_gradient_bytes"] == 4 * probe["block_forward_bytes"] > 0
+        assert "peers" not in probe
     assert doc["projection"] is None  # 23 qubits not probed
-    assert "| 6 | 2 |" in (tmp_path / "circuits.md").read_text()
+    table = (tmp_path / "circuits.md").read_text()
+    assert "| 6 | 2 |" in table and "state-sized copy" in table and "Lightning" not in table
+
+
+@pytest.mark.skipif(bool(peers.missing()), reason=f"the peers extra is not installed ({peers.INSTALL})")
+def test_circuits_with_peers_agree_with_the_block_values(tmp_path):
+    done = run_command("bench", "circuits", "--qubits", "5", "--circuits", 2, "--peers", "--out", tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = json.loads((tmp_path / "circuits.json").read_text())["probes"][0]["peers"]
+    assert set(found) == {"block", "qsim", "lightning_complex64", "lightning_complex128"}
+    assert found["block"]["gradient_seconds"] > found["block"]["forward_seconds"] > 0
+    assert found["qsim"]["fused_gate_size"] in peers.QSIM_FUSED_SIZES
+    for name in ("qsim", "lightning_complex64", "lightning_complex128"):
+        assert found[name]["seconds"] > 0 and found[name]["difference"] < peers.TOLERANCE, name
+    assert "| 5 | " in (tmp_path / "circuits.md").read_text().split("Lightning")[-1]
+
+
+def test_peers_missing_is_one_line_saying_how_to_install():
+    """Run as if the peers were not installed (None in sys.modules: neither importable nor found), whether
+    they are or not."""
+    hidden = (
+        f"import runpy, sys; sys.modules.update(dict.fromkeys({peers.PACKAGES!r})); "
+        "runpy.run_module('qml_ray.bench', run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hidden, "circuits", "--peers", "--qubits", "4"],
+        cwd=ROOT,
+        env=command_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "error: --peers needs qsimcirq, pennylane, pennylane_lightning, not installed: pip install -e '.[peers]'"
+    )
+
+
+def test_disagreement_beyond_the_tolerance_is_named():
+    assert peers.difference([0.5, 3.0], [0.5, 2.0]) == pytest.approx(1 / 2)  # a share of the largest, 2
+    assert peers.difference([0.25], [0.5]) == pytest.approx(0.25)  # the largest counts as at least 1
+    probes = [
+        {"qubits": 16, "peers": {"block": {}, "qsim": {"difference": peers.TOLERANCE}}},
+        {"qubits": 20, "peers": {"block": {}, "qsim": {"difference": 2 * peers.TOLERANCE}}},
+        {"qubits": 23},
+    ]
+    assert peers.disagreements(probes) == [f"qsim at 20 qubits ({2 * peers.TOLERANCE:.1e})"]
 
 
 def test_projection_spreads_the_headline_over_the_cluster():

@@ -3,16 +3,19 @@
 runtimes  qml_ray (Ray Train), the tf-operator-style baseline (plain TF_CONFIG processes) and
           one undistributed process, interleaved: epoch times, throughput, parallel efficiency,
           start-up and memory, as JSON, a Markdown table and a PNG plot
-circuits  forward and forward + gradient seconds per circuit against qubits, and the
-          23-qubit headline projected from them, as JSON and Markdown
+circuits  forward and forward + gradient seconds per circuit against qubits, the block kernel's
+          memory traffic against a state-sized copy's, and the 23-qubit headline projected
+          from them, as JSON and Markdown; with --peers, qsim and PennyLane Lightning too
 """
 
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from qml_ray import cli, config as config_lib, storage
+from qml_ray.bench import peers
 from qml_ray.bench.runtimes import POOLS, RUNTIMES
 from qml_ray.errors import UsageError
 
@@ -128,6 +131,12 @@ def parse_args(argv=None):
         help="TensorFlow's and the block kernel's threads (default: 1, so the figures are per vCPU)",
     )
     circuits.add_argument(
+        "--peers",
+        action="store_true",
+        help="also time qsim's forward and PennyLane Lightning's adjoint gradient on the same circuits, "
+        f"checked against the block kernel's values (needs the peers extra: {peers.INSTALL})",
+    )
+    circuits.add_argument(
         "--efficiency-from",
         metavar="JSON",
         help="a runtimes.json: project at its qml_ray parallel efficiency with the most "
@@ -215,17 +224,21 @@ def circuits_main(args) -> None:
     efficiency, source = efficiency_from(args.efficiency_from)
     if max(args.qubits) > config_lib.MAX_QUBITS:
         raise UsageError(f"--qubits must be at most {config_lib.MAX_QUBITS}: no machine holds the state vectors")
+    if args.peers and peers.missing():
+        raise UsageError(f"--peers needs {', '.join(peers.missing())}, not installed: {peers.INSTALL}")
     storage.check_local_folder(args.out)
     require_memory(1, args.threads, max(args.qubits), "lower --qubits or --threads")
-    threads = str(args.threads)  # TensorFlow reads these once, when it starts: before the import below
-    os.environ.update({"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads})
+    threads = str(args.threads)  # TensorFlow and Lightning's OpenMP read these once, when they start: before the import
+    os.environ.update(
+        {"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads, "OMP_NUM_THREADS": threads}
+    )
     from qml_ray.bench import circuits
 
     probes = []
     for qubits in args.qubits:
         count = args.circuits or circuits.default_circuits(qubits)
         print(f"timing {qubits} qubits, {count} circuits per batch ...", flush=True)
-        probes.append(circuits.probe(qubits, count, args.threads))
+        probes.append(circuits.probe(qubits, count, args.threads, args.peers))
         probe = probes[-1]
         print(
             f"    forward: TFQ {probe['tfq_forward_seconds']:.4g}, block {probe['block_forward_seconds']:.4g} "
@@ -233,6 +246,8 @@ def circuits_main(args) -> None:
             f"block {probe['block_forward_gradient_seconds']:.4g} s/circuit",
             flush=True,
         )
+        if args.peers:
+            print(f"    {peers.progress_line(probe['peers'])}", flush=True)
     headline = next((p for p in probes if p["qubits"] == circuits.HEADLINE.qubits), None)
     doc = {
         "machine_cpus": os.cpu_count(),
@@ -242,6 +257,9 @@ def circuits_main(args) -> None:
     }
     folder = write_outputs(args.out, "circuits", doc, circuits.markdown(doc))
     print(f"wrote {folder}/circuits.json and circuits.md", flush=True)
+    disagreeing = peers.disagreements(probes)
+    if disagreeing:  # a wrong simulator, not bad input: status 1, after the figures are written
+        sys.exit(f"error: the peers' values differ from the block kernel's: {'; '.join(disagreeing)}")
 
 
 def main(argv=None) -> None:

@@ -11,10 +11,16 @@ import os
 import threading
 import time
 
+import cirq
+import numpy as np
 import tensorflow as tf
+import tensorflow_quantum as tfq
 
 from qml_ray import contract, data
+from qml_ray.bench import peers
 from qml_ray.config import Config
+from qml_ray.gradients import BlockAdjoint, kernel_inputs
+from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
 # The original's headline: 23 qubits, 1000 examples, ~5 min/epoch on 32 nodes of 16 vCPUs,
 # ~4 h/epoch on one worker.
@@ -72,10 +78,11 @@ class PeakMemory:
         return self.peak - self.start
 
 
-def probe(qubits: int, circuits: int, threads: int, min_seconds: float = 2.0) -> dict:
+def probe(qubits: int, circuits: int, threads: int, with_peers: bool, min_seconds: float = 2.0) -> dict:
     """Seconds per circuit of the 1-layer QCNN on `qubits` qubits: forward, and forward + gradient,
-    with each differentiator; and the peak memory of a gradient per circuit in flight, in
-    state vectors (complex64, 8 bytes per amplitude)."""
+    with each differentiator; the peak memory of a gradient per circuit in flight, in state vectors
+    (complex64, 8 bytes per amplitude); the block kernel's memory traffic against a state-sized copy's;
+    and `with_peers`, the peers on the same circuits against the block kernel."""
     config = Config(qubits=qubits, examples=max(10, 2 * circuits))
     batch = tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:circuits])
     state_bytes = 8 * 2**qubits
@@ -101,7 +108,103 @@ def probe(qubits: int, circuits: int, threads: int, min_seconds: float = 2.0) ->
             result[f"{name}_forward_gradient_seconds"] - result[f"{name}_forward_seconds"]
         ) / result[f"{name}_forward_seconds"]
     result["speedup"] = result["tfq_forward_gradient_seconds"] / result["block_forward_gradient_seconds"]
+    whole = model_circuits(config, model, batch)  # the block model's: the last built
+    result.update(memory_traffic(whole, result, state_bytes))
+    if with_peers:
+        result["peers"] = against_peers(whole, threads, min_seconds)
     return result
+
+
+def model_circuits(config: Config, model, batch) -> dict:
+    """The batch's whole circuits as the QCNN layer simulates them (cluster state, excitation, model
+    circuit), their symbols and the model's weights for them, their readouts, and the same serialized as
+    the block kernel takes them."""
+    qubits = qubits_for(config.qubits)
+    circuit, readout_qubits = qcnn_circuit(qubits, config.layers)
+    weights = model.get_layer("qcnn").symbol_values()
+    symbols = sorted(weights, key=str)
+    whole = [cluster_state_circuit(qubits) + excitation + circuit for excitation in tfq.from_tensor(batch)]
+    readouts = [cirq.Z(q) for q in readout_qubits]
+    return {
+        "circuits": whole,
+        "symbols": symbols,
+        "weights": np.array([weights[s] for s in symbols], np.float32),
+        "readouts": readouts,
+        "programs": tfq.convert_to_tensor(whole).numpy(),
+        "names": np.array([str(s).encode() for s in symbols]),
+        "pauli_sums": tfq.convert_to_tensor([readouts] * len(whole)).numpy(),
+    }
+
+
+def forward_bytes(whole: dict) -> float:
+    """Bytes the block kernel's forward moves per circuit (mean over the batch): each pass over the state (a
+    block, or a relabelling) reads and writes it once (complex64, padded to the kernel's least qubits)."""
+    moved = []
+    for program, pauli_sums in zip(whole["programs"], whole["pauli_sums"]):
+        circuit, _ = kernel_inputs(program, tuple(s.decode() for s in whole["names"]), pauli_sums)
+        passes = len(circuit.block_qubits) + int(np.count_nonzero(circuit.relabel >= 0))
+        moved.append(2 * 8 * 2**circuit.qubits * passes)
+    return float(np.mean(moved))
+
+
+def copy_bandwidth(state_bytes: int) -> float:
+    """Bytes per second of a copy of a state-sized array, counted as read + write (2 bytes moved per byte)."""
+    source = np.ones(state_bytes // 4, np.float32)
+    target = np.empty_like(source)
+    return 2 * state_bytes / seconds_per_call(lambda: np.copyto(target, source), 0.5)
+
+
+def memory_traffic(whole: dict, result: dict, state_bytes: int) -> dict:
+    """The bytes the block kernel moves per circuit, the rate it reaches, and a state-sized copy's. Counted:
+    every pass of the forward (a block, or a relabelling) reads and writes the state once (`forward_bytes`);
+    the gradient op simulates the forward again, then every pass of its backward sweep reads and writes two
+    states (the state and its co-state): forward + gradient = forward op + gradient op = 1 + 1 + 2 = 4
+    forwards. Not counted: zeroing the states and the readouts' reads (one or two passes per circuit)."""
+    forward = forward_bytes(whole)
+    gradient = 4 * forward
+    return {
+        "copy_bandwidth": copy_bandwidth(state_bytes),
+        "block_forward_bytes": forward,
+        "block_forward_gradient_bytes": gradient,
+        "block_forward_rate": forward / result["block_forward_seconds"],
+        "block_forward_gradient_rate": gradient / result["block_forward_gradient_seconds"],
+    }
+
+
+def against_peers(whole: dict, threads: int, min_seconds: float) -> dict:
+    """The block kernel, outside TensorFlow, against the peers on the same circuits: forward (expectations)
+    against qsim's, the gradient of the readouts' sum (forward included) against Lightning's adjoint; seconds
+    per circuit, and each peer's largest difference from the block values (`peers.difference`)."""
+    block = BlockAdjoint(threads)
+    inputs = (whole["programs"], whole["names"], np.tile(whole["weights"], (len(whole["programs"]), 1)))
+    sums = whole["pauli_sums"]
+    ones = np.ones(sums.shape, np.float32)
+
+    def timer(fn):
+        return seconds_per_call(fn, min_seconds)
+
+    expected = block.expectations(*inputs, sums)  # the first calls also compile
+    expected_gradient = block.gradient(*inputs, sums, ones)
+    found = {
+        "block": {
+            "forward_seconds": timer(lambda: block.expectations(*inputs, sums)) / len(sums),
+            "gradient_seconds": timer(lambda: block.gradient(*inputs, sums, ones)) / len(sums),
+        }
+    }
+    resolver = cirq.ParamResolver(dict(zip(whole["symbols"], whole["weights"].tolist())))
+    qsim = peers.qsim_forward(whole["circuits"], whole["readouts"], resolver, threads, timer)
+    qsim["difference"] = peers.difference(qsim.pop("values"), expected)
+    found["qsim"] = qsim
+    for dtype in peers.LIGHTNING_DTYPES:
+        lightning = peers.lightning_gradient(
+            whole["circuits"], whole["readouts"], whole["symbols"], whole["weights"], dtype, timer
+        )
+        lightning["difference"] = max(
+            peers.difference(lightning.pop("values"), expected),
+            peers.difference(lightning.pop("gradients"), expected_gradient),
+        )
+        found[f"lightning_{dtype}"] = lightning
+    return found
 
 
 def project(probed: dict, efficiency: float, efficiency_source: str) -> dict:
@@ -130,6 +233,28 @@ def project(probed: dict, efficiency: float, efficiency_source: str) -> dict:
     return projection
 
 
+def traffic_lines(probes: list[dict]) -> list[str]:
+    """The block kernel's memory traffic per circuit (`memory_traffic`) against a state-sized copy's."""
+    return [
+        "",
+        "The block kernel's memory traffic per circuit (its passes over the state, each a read and a write; the "
+        "gradient's sweep over two states), the rate it reaches in the times above, and the share of a "
+        "state-sized copy's (read + write) that is:",
+        "",
+        "| qubits | state-sized copy (GB/s) | block forward: MB, GB/s, share of the copy's "
+        "| block forward + gradient: MB, GB/s, share of the copy's |",
+        "| ---: | ---: | ---: | ---: |",
+        *(
+            f"| {p['qubits']} | {p['copy_bandwidth'] / 1e9:.1f} "
+            f"| {p['block_forward_bytes'] / 1e6:.4g}, {p['block_forward_rate'] / 1e9:.1f}, "
+            f"{p['block_forward_rate'] / p['copy_bandwidth']:.0%} "
+            f"| {p['block_forward_gradient_bytes'] / 1e6:.4g}, {p['block_forward_gradient_rate'] / 1e9:.1f}, "
+            f"{p['block_forward_gradient_rate'] / p['copy_bandwidth']:.0%} |"
+            for p in probes
+        ),
+    ]
+
+
 def markdown(doc: dict) -> str:
     """The costs as a Markdown table, and the projection, said to be one."""
     lines = [
@@ -148,6 +273,9 @@ def markdown(doc: dict) -> str:
         f"| {p['tfq_peak_state_vectors']:.1f}, {p['block_peak_state_vectors']:.1f} |"
         for p in doc["probes"]
     ]
+    lines += traffic_lines(doc["probes"])
+    if any("peers" in p for p in doc["probes"]):
+        lines += peers.markdown_lines(doc["probes"])
     projection = doc["projection"]
     if projection:
         lines += [
