@@ -81,7 +81,7 @@ class Config(pydantic.BaseModel):
     differentiator: Literal["auto", "block", "tfq"] = _key(
         "auto",
         "quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's "
-        "Adjoint), or auto: block from 14 qubits, tfq below",
+        "Adjoint), or auto: block from 6 qubits, tfq below",
     )
     data_in_memory_mb: Whole = _key(
         256,

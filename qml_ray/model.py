@@ -36,7 +36,7 @@ from qml_ray.gradients import BlockAdjoint
 
 tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
 
-BLOCK_FROM_QUBITS = 14  # below, both gradients take milliseconds per circuit (BENCHMARKS.md, 4)
+BLOCK_FROM_QUBITS = 6  # from here the block method is the faster per circuit; level at 4 (BENCHMARKS.md, 4)
 CONV_PARAMS = 15
 POOL_PARAMS = 6
 
@@ -116,7 +116,7 @@ def qcnn_circuit(qubits, layers: int) -> tuple[cirq.Circuit, list[cirq.GridQubit
 
 def quantum_gradient(name: str, qubits: int) -> tfq.differentiators.Differentiator:
     """The quantum gradient `name`d: qml_ray's block-fused adjoint, TFQ's Adjoint, or (auto) the
-    block method from BLOCK_FROM_QUBITS qubits, TFQ's below (both take milliseconds there)."""
+    block method from BLOCK_FROM_QUBITS qubits, TFQ's below (where the two are level)."""
     chosen = name
     if chosen == "auto":
         chosen = "block" if qubits >= BLOCK_FROM_QUBITS else "tfq"

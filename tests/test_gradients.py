@@ -364,8 +364,8 @@ def test_training_with_block_and_tfq_gradients_agree(tmp_path):
 @pytest.mark.parametrize(
     "choice, qubits, expected",
     [
-        ("auto", 12, tfq.differentiators.Adjoint),
-        ("auto", 16, BlockAdjoint),
+        ("auto", 4, tfq.differentiators.Adjoint),
+        ("auto", 6, BlockAdjoint),
         ("block", 8, BlockAdjoint),
         ("tfq", 20, tfq.differentiators.Adjoint),
     ],

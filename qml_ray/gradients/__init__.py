@@ -8,6 +8,7 @@ circuits than threads, each circuit's passes shared between the threads left ove
 """
 
 import concurrent.futures
+import functools
 import os
 
 import numba
@@ -28,6 +29,17 @@ def default_threads() -> int:
     """TensorFlow's intra-op pool size if set (qml_ray's workers set it to their CPUs), else the
     CPUs this process may run on."""
     return int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0) or len(os.sched_getaffinity(0))
+
+
+@functools.cache
+def sharing_threads() -> int:
+    """The most numba threads one circuit's passes may share: NUMBA_NUM_THREADS (the CPUs), or 1 where
+    neither of numba's thread-safe layers loads (OpenMP needs libgomp, TBB the tbb package)."""
+    try:
+        numba.set_num_threads(1)  # loads the threading layer
+    except ValueError:
+        return 1
+    return numba.config.NUMBA_NUM_THREADS
 
 
 def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple[Circuit, Readouts]:
@@ -106,12 +118,13 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         """run(row, circuit, readouts, parts) for each circuit of the batch, side by side on the pool; a
         circuit of SHARED_FROM_QUBITS or more is cut into the parts its share of the threads allows."""
         names = self._names(symbol_names)
-        parts = min(max(1, self.threads // max(1, len(programs))), numba.config.NUMBA_NUM_THREADS)
+        parts = min(max(1, self.threads // max(1, len(programs))), sharing_threads())
 
         def one(row: int) -> None:
             circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
             shared = parts if circuit.qubits >= SHARED_FROM_QUBITS else 1
-            numba.set_num_threads(shared)  # this thread's share of numba's threads
+            if shared > 1:
+                numba.set_num_threads(shared)  # this thread's share of numba's threads
             run(row, circuit, readouts, shared)
 
         list(self.pool().map(one, range(len(programs))))
