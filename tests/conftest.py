@@ -20,6 +20,15 @@ SMOKE = ROOT / "configs" / "smoke.yaml"
 TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 
 
+def require(found: bool, reason: str) -> None:
+    """Skip a test that lacks an outside input, or fail it where every test must run (.ci/run sets
+    QML_RAY_NO_SKIP=1)."""
+    if not found:
+        if os.environ.get("QML_RAY_NO_SKIP") == "1":
+            pytest.fail(f"{reason} (QML_RAY_NO_SKIP=1: required)")
+        pytest.skip(reason)
+
+
 def command_env(**changes: str | None) -> dict:
     """The environment for a command: no RAY_ADDRESS, so each command starts (and stops) its
     own Ray; `changes` set (or, given None, remove) variables."""

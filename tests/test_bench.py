@@ -9,7 +9,7 @@ import pytest
 from qml_ray.bench import peers
 from qml_ray.bench.report import RESULT_FIELDS
 
-from conftest import ROOT, SMOKE, command_env, run_command
+from conftest import ROOT, SMOKE, command_env, require, run_command
 
 
 def test_runtimes_measures_every_runtime_at_1_and_2_workers(tmp_path):
@@ -53,8 +53,8 @@ def test_circuits_times_forward_and_gradient(tmp_path):
     assert "| 6 | 2 |" in table and "state-sized copy" in table and "Lightning" not in table
 
 
-@pytest.mark.skipif(bool(peers.missing()), reason=f"the peers extra is not installed ({peers.INSTALL})")
 def test_circuits_with_peers_agree_with_the_block_values(tmp_path):
+    require(not peers.missing(), f"the peers extra is not installed ({peers.INSTALL})")
     done = run_command("bench", "circuits", "--qubits", "5", "--circuits", 2, "--peers", "--out", tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = json.loads((tmp_path / "circuits.json").read_text())["probes"][0]["peers"]

@@ -18,7 +18,7 @@ import yaml
 
 from qml_ray import cluster, config as config_lib, hardening
 
-from conftest import ROOT, run_command
+from conftest import ROOT, require, run_command
 
 # the Ray the project pins, written by hand: the rendered clusters must run the same
 PINNED_RAY = re.search(r'"ray\[[^\]]*\]==([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
@@ -37,15 +37,6 @@ DEFAULTS = {
 }
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 KUBERNETES_VERSION = "1.33"
-
-
-def require(found: bool, reason: str) -> None:
-    """Skip a test that lacks an outside input, or fail it where every test must run (.ci/run sets
-    QML_RAY_NO_SKIP=1)."""
-    if not found:
-        if os.environ.get("QML_RAY_NO_SKIP") == "1":
-            pytest.fail(f"{reason} (QML_RAY_NO_SKIP=1: required)")
-        pytest.skip(reason)
 
 
 def strict(schema):

@@ -20,7 +20,7 @@ import pytest
 from qml_ray import checkpoints, claims, runtime, storage
 from qml_ray.errors import UsageError
 
-from conftest import BUCKET, ROOT, SMOKE, command_env, run_command
+from conftest import BUCKET, ROOT, SMOKE, command_env, require, run_command
 from test_bad_input import snapshot
 
 STOP_SECONDS = 10  # a signal stops the training within this
@@ -273,11 +273,10 @@ def small_disk(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", disk], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        reason = f"a full disk needs a small tmpfs, and mounting one is not permitted here: {mounted.stderr.strip()}"
-        if os.environ.get("QML_RAY_NO_SKIP") == "1":
-            pytest.fail(f"{reason} (QML_RAY_NO_SKIP=1: required)")
-        pytest.skip(reason)
+    require(
+        mounted.returncode == 0,
+        f"a full disk needs a small tmpfs, and mounting one is not permitted here: {mounted.stderr.strip()}",
+    )
     try:
         yield disk
     finally:
