@@ -72,6 +72,8 @@ class Readouts(NamedTuple):
 
 @dataclass(frozen=True)
 class Plan:
+    """A circuit as the kernel runs it, and the bit each of its qubits ends on (for its readouts)."""
+
     circuit: Circuit
     qubit_index: dict  # serialized qubit id -> its bit at the end of the circuit
 
