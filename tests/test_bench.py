@@ -45,12 +45,12 @@ def test_circuits_times_forward_and_gradient(tmp_path):
         assert probe["speedup"] == pytest.approx(
             probe["tfq_forward_gradient_seconds"] / probe["block_forward_gradient_seconds"]
         )
-        assert probe["copy_bandwidth"] > 0
+        assert probe["pass_bandwidth"] > 0
         assert probe["block_forward_gradient_bytes"] == 4 * probe["block_forward_bytes"] > 0
         assert "peers" not in probe
     assert doc["projection"] is None  # 23 qubits not probed
     table = (tmp_path / "circuits.md").read_text()
-    assert "| 6 | 2 |" in table and "state-sized copy" in table and "Lightning" not in table
+    assert "| 6 | 2 |" in table and "state-sized pass" in table and "Lightning" not in table
 
 
 def test_circuits_with_peers_agree_with_the_block_values(tmp_path):

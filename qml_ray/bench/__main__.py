@@ -4,7 +4,7 @@ runtimes  qml_ray (Ray Train), the tf-operator-style baseline (plain TF_CONFIG p
           one undistributed process, interleaved: epoch times, throughput, parallel efficiency,
           start-up and memory, as JSON, a Markdown table and a PNG plot
 circuits  forward and forward + gradient seconds per circuit against qubits, the block kernel's
-          memory traffic against a state-sized copy's, and the 23-qubit headline projected
+          memory traffic against a state-sized in-place pass's, and the 23-qubit headline projected
           from them, as JSON and Markdown; with --peers, qsim and PennyLane Lightning too
 """
 
