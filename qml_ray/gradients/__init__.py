@@ -3,13 +3,16 @@
 `BlockAdjoint` is a `tfq.differentiators.Differentiator`: use it wherever TFQ takes one,
 e.g. `tfq.layers.PQC(circuit, readouts, differentiator=BlockAdjoint())`. Both passes run on the
 circuit fused into two-qubit blocks (see `kernel`): the forward simulates it, the gradient runs one
-backward sweep over the blocks; one circuit per thread across the batch, and when the batch has fewer
-circuits than threads, each circuit's passes shared between the threads left over.
+backward sweep over the blocks, from the state the forward left where it can (`FinalStates`); one
+circuit per thread across the batch, and when the batch has fewer circuits than threads, each circuit's
+passes shared between the threads left over.
 """
 
+import collections
 import concurrent.futures
 import functools
 import os
+import threading
 
 import numba
 import numpy as np
@@ -48,6 +51,38 @@ def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple
     return circuit.circuit, circuit.readouts(tuple(pauli_sums))
 
 
+NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes for "simulate the state here"
+
+
+class FinalStates:
+    """The final states of the latest forward passes, at most `capacity` (LRU), each taken once by the gradient
+    of the same circuit at the same values: in a training step the gradient follows its forward, and its
+    sweep then starts from the state instead of simulating the circuit again (a forward of the 3 to 4 a
+    circuit's forward + gradient costs). With `capacity` the threads, a worker holds at most 3 state
+    vectors per thread: the kept ones, and a state and co-state in each gradient."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._states = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, key: tuple, state: np.ndarray) -> None:
+        with self._lock:
+            self._states[key] = state
+            self._states.move_to_end(key)
+            while len(self._states) > self.capacity:
+                self._states.popitem(last=False)
+
+    def take(self, key: tuple) -> np.ndarray:
+        """The state kept for `key`, no longer kept; else NO_STATE."""
+        with self._lock:
+            return self._states.pop(key, NO_STATE)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._states.clear()
+
+
 class BlockAdjoint(tfq.differentiators.Differentiator):
     """Expectations and their adjoint gradients over fused two-qubit blocks, on `threads` threads
     (default: `default_threads()`)."""
@@ -55,6 +90,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
     def __init__(self, threads: int | None = None):
         self.threads = threads or default_threads()
         self._pool = None
+        self._states = FinalStates(self.threads)
 
     def generate_differentiable_op(self, *, sampled_op=None, analytic_op=None):
         """The expectation op made differentiable; the forward is this class's own, not `analytic_op`."""
@@ -98,7 +134,8 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         out = np.zeros(pauli_sums.shape, np.float64)
 
         def one(row, circuit, readouts, parts) -> None:
-            kernel.circuit_expectations(circuit, values[row], readouts, out[row], parts)
+            state = kernel.circuit_expectations(circuit, values[row], readouts, out[row], parts)
+            self._states.keep(self._key(programs[row], symbol_names, values[row]), state)
 
         self._each(one, programs, symbol_names, pauli_sums)
         return out.astype(np.float32)
@@ -109,10 +146,17 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         out = np.zeros(values.shape, np.float64)
 
         def one(row, circuit, readouts, parts) -> None:
-            kernel.circuit_gradient(circuit, values[row], readouts, upstream[row], out[row], parts)
+            state = self._states.take(self._key(programs[row], symbol_names, values[row]))
+            kernel.circuit_gradient(circuit, values[row], readouts, upstream[row], out[row], parts, state)
 
         self._each(one, programs, symbol_names, pauli_sums)
+        self._states.clear()  # states no gradient asked for (another batch's, a validation pass's) go too
         return out.astype(np.float32)
+
+    @staticmethod
+    def _key(program: bytes, symbol_names, values: np.ndarray) -> tuple:
+        """What determines a circuit's final state: its program, and the value of each of its symbols."""
+        return program, tuple(symbol_names), values.tobytes()
 
     def _each(self, run, programs, symbol_names, pauli_sums) -> None:
         """run(row, circuit, readouts, parts) for each circuit of the batch, side by side on the pool; a

@@ -530,7 +530,8 @@ def simulate(circuit, blocks, parts):
 def circuit_expectations(circuit, values, readouts, out, parts):
     """out[k] += <psi|O_k|psi>, psi the circuit's state (a `plan.Circuit`), O_k the sum of the
     `readouts`' terms t with readouts.op[t] == k: readouts.coef[t] times a Pauli string on the bits of
-    the circuit's end. Each pass over the state runs in `parts` parts side by side on numba's threads."""
+    the circuit's end. Each pass over the state runs in `parts` parts side by side on numba's threads.
+    Returns psi (`circuit_gradient` can start from it)."""
     _, blocks = block_unitaries(circuit, values)
     psi = simulate(circuit, blocks, parts)
     z = readouts.flip == 0
@@ -539,6 +540,7 @@ def circuit_expectations(circuit, values, readouts, out, parts):
     for t in np.nonzero(~z)[0]:
         value = pauli_expectation(psi, readouts.flip[t], readouts.signs[t], readouts.y_count[t])
         out[readouts.op[t]] += readouts.coef[t] * value
+    return psi
 
 
 @numba.njit(**JIT)
@@ -552,14 +554,17 @@ def add_observable(lam, psi, readouts, upstream):
 
 
 @numba.njit(**JIT)
-def circuit_gradient(circuit, values, readouts, upstream, grad, parts):
-    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi> (as in circuit_expectations).
+def circuit_gradient(circuit, values, readouts, upstream, grad, parts, psi):
+    """grad[s] += d/d(values[s]) of sum_k upstream[k] <psi|O_k|psi> (as in circuit_expectations). `psi` is the
+    circuit's state at `values` as circuit_expectations returns it, which the sweep consumes (un-applies in
+    place), or an array of no amplitudes, to simulate it here.
 
     The backward sweep collects a transition matrix only for blocks with a symbol, un-applies the others
     from both states, and stops at the first block with a symbol (the blocks before it, such as a data
     encoding, have nothing to differentiate)."""
     factors, blocks = block_unitaries(circuit, values)
-    psi = simulate(circuit, blocks, parts)
+    if psi.shape[1] == 0:
+        psi = simulate(circuit, blocks, parts)
     lam = np.zeros_like(psi)
     add_observable(lam, psi, readouts, upstream)
     symbolic = with_symbols(circuit)
