@@ -109,7 +109,7 @@ def probe(qubits: int, circuits: int, threads: int, with_peers: bool, min_second
         ) / result[f"{name}_forward_seconds"]
     result["speedup"] = result["tfq_forward_gradient_seconds"] / result["block_forward_gradient_seconds"]
     whole = model_circuits(config, model, batch)  # the block model's: the last built
-    result.update(memory_traffic(whole, result, state_bytes))
+    result.update(memory_traffic(whole, result, state_bytes, kept=in_flight / circuits))
     if with_peers:
         result["peers"] = against_peers(whole, threads, min_seconds)
     return result
@@ -155,14 +155,15 @@ def pass_bandwidth(state_bytes: int) -> float:
     return 2 * state_bytes / seconds_per_call(lambda: np.multiply(values, np.float32(1), out=values), 0.5)
 
 
-def memory_traffic(whole: dict, result: dict, state_bytes: int) -> dict:
+def memory_traffic(whole: dict, result: dict, state_bytes: int, kept: float) -> dict:
     """The bytes the block kernel moves per circuit, the rate it reaches, and a state-sized pass's. Counted:
     every pass of the forward (a block, or a relabelling) reads and writes the state once (`forward_bytes`);
-    the gradient op simulates the forward again, then every pass of its backward sweep reads and writes two
-    states (the state and its co-state): forward + gradient = forward op + gradient op = 1 + 1 + 2 = 4
-    forwards. Not counted: zeroing the states and the readouts' reads (one or two passes per circuit)."""
+    the gradient op simulates the forward again for the circuits whose state the forward did not keep (all
+    but the share `kept`), then every pass of its backward sweep reads and writes two states (the state and
+    its co-state): forward + gradient = forward op + gradient op = 1 + (1 - kept) + 2 forwards. Not
+    counted: zeroing the states and the readouts' reads (one or two passes per circuit)."""
     forward = forward_bytes(whole)
-    gradient = 4 * forward
+    gradient = (4 - kept) * forward
     return {
         "pass_bandwidth": pass_bandwidth(state_bytes),
         "block_forward_bytes": forward,

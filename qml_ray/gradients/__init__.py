@@ -57,9 +57,9 @@ NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes 
 class FinalStates:
     """The final states of the latest forward passes, at most `capacity` (LRU), each taken once by the gradient
     of the same circuit at the same values: in a training step the gradient follows its forward, and its
-    sweep then starts from the state instead of simulating the circuit again (a forward of the 3 to 4 a
-    circuit's forward + gradient costs). With `capacity` the threads, a worker holds at most 3 state
-    vectors per thread: the kept ones, and a state and co-state in each gradient."""
+    sweep then starts from the state instead of simulating the circuit again (one of the about 4 forwards'
+    worth of work a circuit's forward + gradient costs). With `capacity` the threads, a worker holds at most
+    3 state vectors per thread: the kept ones, and a state and co-state in each gradient."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
