@@ -281,7 +281,7 @@ def test_random_circuits_of_every_gate_family(qubits):
 def test_diagonal_gates_wait_for_the_block_on_their_pair():
     """CZ and ZZ commute with each other, so the fusion moves them to the next block on their pair
     unless a gate that does not commute with them must come first (the rx before ZZ(c, a) below forces
-    CZ(a, b) out first); the result still equals cirq's."""
+    CZ(a, b) out first), or, constant, into the circuit's start; the result still equals cirq's."""
     a, b, c = register = cirq.GridQubit.rect(1, 3)
     p, q, r, s = SYMBOLS
     cluster = cirq.Circuit(cirq.H.on_each(register), cirq.CZ(a, b) ** p, cirq.CZ(b, c), cirq.CZ(c, a) ** q)
@@ -291,12 +291,55 @@ def test_diagonal_gates_wait_for_the_block_on_their_pair():
     )
     names = tuple(str(x) for x in SYMBOLS)
     merged, kept = (plan(tfq.convert_to_tensor([c]).numpy()[0], names) for c in (cluster + conv, forced))
-    assert len(merged.circuit.block_qubits) == 3  # four two-qubit gates: CZ(a, b) joined the XX block
+    assert len(merged.circuit.block_qubits) == 2  # CZ(a, b) joined the XX block, CZ(b, c) the start
     assert len(kept.circuit.block_qubits) == 3  # three two-qubit gates, each in a block of its own
     rng = np.random.default_rng(7)
     values = rng.uniform(-1.5, 1.5, size=(2, len(SYMBOLS)))
     readouts = [random_readouts(rng, register) for _ in range(2)]
     check([cluster + conv, forced], SYMBOLS, values, readouts, rng.uniform(-1, 1, size=(2, 3)))
+
+
+def random_start(rng, register) -> tuple[cirq.Circuit, cirq.Circuit]:
+    """A circuit's start, as the plan writes it in one pass: two constant one-qubit gates on each qubit,
+    then constant diagonal gates on random pairs; and a ZZ with a symbol among the diagonal gates, which
+    stays out of the start (the constant ones after it commute past it into the start)."""
+    ones = [cirq.H, cirq.X**0.3, cirq.Y**-0.7, cirq.rx(0.4), cirq.PhasedXPowGate(phase_exponent=0.2, exponent=0.6)]
+    product = cirq.Circuit(ones[i](q) for q in register for i in rng.choice(len(ones), size=2))
+
+    def diagonal(a, b):
+        return [
+            cirq.CZ(a, b),
+            cirq.CZ(a, b) ** rng.uniform(-1, 1),
+            cirq.ZZ(a, b) ** rng.uniform(-1, 1),
+            cirq.rz(rng.uniform(-1, 1))(a),
+            cirq.Z(a).controlled_by(b, control_values=[0]),
+        ][rng.integers(5)]
+
+    pairs = [rng.choice(len(register), size=2, replace=False) for _ in range(2 * len(register))]
+    diagonals = [diagonal(register[i], register[j]) for i, j in pairs]
+    symbolic = cirq.ZZ(register[0], register[-1]) ** SYMBOLS[0]
+    return product + diagonals[: len(register)] + symbolic + diagonals[len(register) :], cirq.Circuit(symbolic)
+
+
+@pytest.mark.parametrize("qubits", [3, 12])
+def test_the_start_is_written_as_a_state(qubits):
+    """The constant one-qubit gates at a circuit's start and the constant diagonal gates after them are no
+    blocks but the state the first block starts from; with any gates after, expectations and gradients
+    still equal cirq's (3 qubits: padded to the kernel's 5; 12: the start written in chunks, with diagonal
+    gates linking bits inside and outside a chunk)."""
+    rng = np.random.default_rng(qubits)
+    register = cirq.GridQubit.rect(1, qubits)
+    names = tuple(str(x) for x in SYMBOLS)
+    circuits = []
+    for _ in range(3):
+        start, left_in = random_start(rng, register)
+        after = cirq.Circuit(random_gate(rng, register) for _ in range(2 * qubits))
+        circuits.append(start + after)
+        full, without = (plan(tfq.convert_to_tensor([c]).numpy()[0], names) for c in (start + after, left_in + after))
+        assert len(full.circuit.block_qubits) == len(without.circuit.block_qubits)
+    values = rng.uniform(-1.5, 1.5, size=(3, len(SYMBOLS)))
+    readouts = [random_readouts(rng, register) for _ in circuits]
+    check(circuits, SYMBOLS, values, readouts, rng.uniform(-1, 1, size=(3, 3)), tfq_tolerance=1e-3)
 
 
 def test_every_gate_family_is_covered():

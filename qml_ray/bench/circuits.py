@@ -137,12 +137,13 @@ def model_circuits(config: Config, model, batch) -> dict:
 
 
 def forward_bytes(whole: dict) -> float:
-    """Bytes the block kernel's forward moves per circuit (mean over the batch): each pass over the state (a
-    block, or a relabelling) reads and writes it once (complex64, padded to the kernel's least qubits)."""
+    """Bytes the block kernel's forward moves per circuit (mean over the batch): each pass over the state (the
+    start's, a block's, or a relabelling) reads and writes it once (complex64, padded to the kernel's least
+    qubits)."""
     moved = []
     for program, pauli_sums in zip(whole["programs"], whole["pauli_sums"]):
         circuit, _ = kernel_inputs(program, tuple(s.decode() for s in whole["names"]), pauli_sums)
-        passes = len(circuit.block_qubits) + int(np.count_nonzero(circuit.relabel >= 0))
+        passes = 1 + len(circuit.block_qubits) + int(np.count_nonzero(circuit.relabel >= 0))
         moved.append(2 * 8 * 2**circuit.qubits * passes)
     return float(np.mean(moved))
 
@@ -161,7 +162,7 @@ def memory_traffic(whole: dict, result: dict, state_bytes: int, kept: float) -> 
     the gradient op simulates the forward again for the circuits whose state the forward did not keep (all
     but the share `kept`), then every pass of its backward sweep reads and writes two states (the state and
     its co-state): forward + gradient = forward op + gradient op = 1 + (1 - kept) + 2 forwards. Not
-    counted: zeroing the states and the readouts' reads (one or two passes per circuit)."""
+    counted: the readouts' passes and zeroing the co-state (two or three passes per circuit)."""
     forward = forward_bytes(whole)
     gradient = (4 - kept) * forward
     return {

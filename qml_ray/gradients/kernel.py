@@ -514,11 +514,124 @@ def pauli_expectation(state, flip, signs, y_count):
     return (total * 1j ** (y_count % 4)).real
 
 
+START_BITS = 10  # the start state is written in chunks of 2^10 amplitudes
+
+
+@numba.njit(**JIT)
+def start_phase(circuit, g, index):
+    """The start's diagonal factor g at the amplitude `index`."""
+    hi, lo = circuit.start_phase_bits[g]
+    return circuit.start_phases[g, 2 * ((index >> hi) & 1) + ((index >> lo) & 1)]
+
+
+@numba.njit(**JIT)
+def linked_bits(circuit, low):
+    """[low] bool: whether a bit below `low` shares a diagonal factor of the start with a bit above."""
+    linked = np.zeros(low, np.bool_)
+    for hi, lo in circuit.start_phase_bits:
+        if min(hi, lo) < low <= max(hi, lo):
+            linked[min(hi, lo)] = True
+    return linked
+
+
+@numba.njit(**JIT)
+def low_table(circuit, low, linked):
+    """[2, 2^low] float32: what the start gives the amplitudes of every chunk alike, the product over
+    the bits below `low` not linked to a bit above of their qubits' amplitudes, times the diagonal
+    factors with both bits below `low`."""
+    table = np.ones(1 << low, np.complex128)
+    for j in range(table.shape[0]):
+        for b in range(low):
+            if not linked[b]:
+                table[j] *= circuit.start_amplitudes[b, (j >> b) & 1]
+        for g in range(circuit.start_phases.shape[0]):
+            if circuit.start_phase_bits[g].max() < low:
+                table[j] *= start_phase(circuit, g, j)
+    out = np.empty((2, table.shape[0]), np.float32)
+    out[0], out[1] = table.real, table.imag
+    return out
+
+
+@numba.njit(**JIT)
+def chunk_factors(circuit, base, low, linked):
+    """For the chunk at `base`: the constant the start gives all its amplitudes (from the bits above
+    `low`), and for each linked bit below, the two values its setting contributes (its qubit's amplitudes
+    times the diagonal factors linking it to a bit above, whose setting the chunk fixes)."""
+    scale = 1.0 + 0.0j
+    for b in range(low, circuit.qubits):
+        scale *= circuit.start_amplitudes[b, (base >> b) & 1]
+    per_bit = circuit.start_amplitudes[:low].copy()
+    for g in range(circuit.start_phases.shape[0]):
+        hi, lo = circuit.start_phase_bits[g]
+        if min(hi, lo) >= low:
+            scale *= start_phase(circuit, g, base)
+        elif hi >= low:
+            x = (base >> hi) & 1
+            per_bit[lo] *= circuit.start_phases[g, 2 * x : 2 * x + 2]
+        elif lo >= low:
+            x = (base >> lo) & 1
+            per_bit[hi, 0] *= circuit.start_phases[g, x]
+            per_bit[hi, 1] *= circuit.start_phases[g, 2 + x]
+    return scale, per_bit
+
+
+@numba.njit(inline="always", **JIT)
+def scale_by_bit(re, im, b, values):
+    """Amplitude j of the chunk times values[bit b of j] (complex), blended arithmetically so it vectorises."""
+    r0, i0 = np.float32(values[0].real), np.float32(values[0].imag)
+    dr, di = np.float32(values[1].real) - r0, np.float32(values[1].imag) - i0
+    for j in range(re.shape[0]):
+        k = np.float32((j >> b) & 1)
+        fr, fi = r0 + k * dr, i0 + k * di
+        x, y = re[j], im[j]
+        re[j], im[j] = fr * x - fi * y, fr * y + fi * x
+
+
+@numba.njit(**JIT)
+def start_range(psi, circuit, table, linked, first, last):
+    """Chunks first..last of the start state: the chunk's constant times the common table, times the
+    values of its linked bits."""
+    width = table.shape[1]
+    low = START_BITS if width == 1 << START_BITS else circuit.qubits
+    for c in range(first, last):
+        base = c * width
+        scale, per_bit = chunk_factors(circuit, base, low, linked)
+        re, im = psi[0, base : base + width], psi[1, base : base + width]
+        sr, si = np.float32(scale.real), np.float32(scale.imag)
+        for j in range(width):
+            re[j] = sr * table[0, j] - si * table[1, j]
+            im[j] = sr * table[1, j] + si * table[0, j]
+        for b in range(low):
+            if linked[b]:
+                scale_by_bit(re, im, b, per_bit[b])
+
+
+@numba.njit(parallel=True, **JIT)
+def start_parts(psi, circuit, table, linked, parts):
+    chunks = psi.shape[1] // table.shape[1]
+    for part in numba.prange(parts):
+        start_range(psi, circuit, table, linked, chunks * part // parts, chunks * (part + 1) // parts)
+
+
+@numba.njit(**JIT)
+def start_state(circuit, parts):
+    """The state after the circuit's start (`plan.Circuit`'s start_*), from |0...0>: its qubits' product
+    state times its diagonal factors, written in one pass, in `parts` parts side by side."""
+    psi = np.empty((2, 1 << circuit.qubits), np.float32)
+    low = min(START_BITS, circuit.qubits)
+    linked = linked_bits(circuit, low)
+    table = low_table(circuit, low, linked)
+    if parts > 1:
+        start_parts(psi, circuit, table, linked, parts)
+    else:
+        start_range(psi, circuit, table, linked, 0, psi.shape[1] >> low)
+    return psi
+
+
 @numba.njit(**JIT)
 def simulate(circuit, blocks, parts):
-    """The state (planes: real, imaginary) after the blocks, from |0...0>, each pass in `parts` parts."""
-    psi = np.zeros((2, 1 << circuit.qubits), np.float32)
-    psi[0, 0] = 1
+    """The state (planes: real, imaginary) after the circuit's start and its blocks, each pass in `parts` parts."""
+    psi = start_state(circuit, parts)
     for b in range(blocks.shape[0]):
         if circuit.relabel[b] >= 0:
             relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]], parts)

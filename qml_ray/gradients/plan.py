@@ -2,7 +2,9 @@
 
 Each gate of a serialized program becomes one or more factors U(e) = sum_k exp(i pi e h_k) P_k
 on one or two qubits, with the exponent e = const + coef * symbol (the forms TFQ serializes:
-a number, or a number times one symbol). Factors are then fused into blocks on qubit pairs,
+a number, or a number times one symbol). The circuit's start, the constant factors that take
+|0...0> to a product state times diagonal phases (a data encoding's Hadamards and CZs, say), is
+written as that state in one pass (`Start`). The other factors are fused into blocks on qubit pairs,
 one-qubit factors folded into a neighbouring block, as qsim fuses its forward pass. Qubits are then
 placed on bits so that blocks run on the kernel's fast high bits: the qubits needed last wait on the
 low bits, and the state is relabelled when a block needs one of them (Belady's rule).
@@ -57,6 +59,9 @@ class Circuit(NamedTuple):
     const: np.ndarray  # [factors] float64
     kind_eig: np.ndarray  # [kinds, 4] float64
     kind_proj: np.ndarray  # [kinds, 4, 4, 4] complex128: projectors in the block's basis
+    start_amplitudes: np.ndarray  # [qubits, 2] complex128: per bit, its qubit after the start's one-qubit factors
+    start_phase_bits: np.ndarray  # [phases, 2] int64: the bits (hi, lo) of the start's two-qubit diagonals
+    start_phases: np.ndarray  # [phases, 4] complex128: its diagonal, indexed 2 * bit(hi) + bit(lo)
 
 
 class Readouts(NamedTuple):
@@ -99,7 +104,9 @@ def _plan(program: bytes, symbol_names: tuple) -> Plan:
     missing = {f.symbol for f in factors if f.symbol is not None} - set(names)
     if missing:
         raise ValueError(f"the circuit's symbol(s) {', '.join(sorted(missing))} are not in symbol_names")
-    return _fuse(factors, max(kernel.MIN_QUBITS, len(ids)), names, index)
+    qubits = max(kernel.MIN_QUBITS, len(ids))
+    start, rest = _split_start(factors, qubits)
+    return _to_arrays(_fuse(rest, qubits), start, qubits, names, index)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -216,7 +223,57 @@ def _op_factors(op, index: dict) -> list[Factor]:
     return factors
 
 
-def _fuse(factors: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
+def _split_start(factors: list[Factor], qubits: int) -> tuple[list[Factor], list[Factor]]:
+    """The circuit's start and the factors after it. The start holds, per qubit, the constant one-qubit
+    factors before anything else acts on it, then constant diagonal factors: they take |0...0> to a
+    product state times a diagonal. A constant diagonal factor joins even after a diagonal factor with a
+    symbol, since diagonal factors commute; any other factor on a qubit ends its start."""
+    product, diagonal, ended = range(3)
+    phase = [product] * qubits
+    start, rest = [], []
+    for factor in factors:
+        constant, on = factor.symbol is None, factor.qubits
+        if len(on) == 1 and phase[on[0]] == product:
+            joins = constant
+            if not joins:
+                phase[on[0]] = diagonal if factor.diagonal else ended
+        elif factor.diagonal:
+            joins = constant and all(phase[q] != ended for q in on)
+            for q in on:
+                phase[q] = max(phase[q], diagonal)
+        else:
+            joins = False
+            for q in on:
+                phase[q] = ended
+        (start if joins else rest).append(factor)
+    return start, rest
+
+
+def _matrix(factor: Factor) -> np.ndarray:
+    """A constant factor's unitary, sum_k exp(i pi e h_k) P_k."""
+    return sum(np.exp(1j * np.pi * factor.const * h) * p for h, p in zip(factor.eig, factor.proj))
+
+
+def _start_arrays(start: list[Factor], bit: list[int]) -> dict:
+    """The start as the Circuit's start_* arrays, qubit q on bit bit[q]."""
+    amplitudes = np.zeros((len(bit), 2), np.complex128)
+    amplitudes[:, 0] = 1
+    phase_bits, phases = [], []
+    for factor in start:
+        if len(factor.qubits) == 1:  # the product's one-qubit factors, then one-qubit diagonals (they commute)
+            q = bit[factor.qubits[0]]
+            amplitudes[q] = _matrix(factor) @ amplitudes[q]
+        else:
+            phase_bits.append([bit[q] for q in factor.qubits])
+            phases.append(np.diag(_matrix(factor)))
+    return {
+        "start_amplitudes": amplitudes,
+        "start_phase_bits": np.array(phase_bits, np.int64).reshape(-1, 2),
+        "start_phases": np.array(phases, np.complex128).reshape(-1, 4),
+    }
+
+
+def _fuse(factors: list[Factor], qubits: int) -> list[tuple[tuple[int, int], list[Factor]]]:
     """Greedy fusion. A non-diagonal two-qubit factor joins the block its qubits last met in if that
     block is on the same pair, else opens a block, taking with it the factors waiting on its qubits.
     Other factors wait: one-qubit ones for their qubit's next block; diagonal two-qubit ones (CZ, ZZ)
@@ -272,12 +329,12 @@ def _fuse(factors: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
             blocks.append(((qubit, (qubit + 1) % qubits), []))
             last[qubit] = len(blocks) - 1
         blocks[last[qubit]][1].extend(f for _, f in sorted(rest.items()))
-    return _to_arrays(blocks, qubits, names, index)
+    return blocks
 
 
-def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[int], list[list[int]], list[int]]:
+def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[int], list[list[int]], list, list]:
     """Bits for each block's qubits, the relabellings (block index, bit map) on the way, and each qubit's
-    final bit. The `low` qubits needed last wait on the bits below kernel.PARKED_BITS; when a block
+    first and final bit. The `low` qubits needed last wait on the bits below kernel.PARKED_BITS; when a block
     needs one, the qubits needed last take the low bits by swapping with the ones leaving them."""
     low = max(1, min(kernel.PARKED_BITS, qubits // 2 - 1))
     uses = [[b for b, pair in enumerate(pairs) if q in pair] for q in range(qubits)]
@@ -289,6 +346,7 @@ def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[in
     waiting = needed_last(0)
     bit = {q: i for i, q in enumerate(waiting)}
     bit.update({q: low + i for i, q in enumerate(q for q in range(qubits) if q not in bit)})
+    first = [bit[q] for q in range(qubits)]
     placed, relabel, bit_maps = [], [], []
     for b, (a, c) in enumerate(pairs):
         if min(bit[a], bit[c]) < low:
@@ -304,7 +362,7 @@ def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[in
         else:
             relabel.append(-1)
         placed.append((bit[a], bit[c]))
-    return placed, relabel, bit_maps, [bit[q] for q in range(qubits)]
+    return placed, relabel, bit_maps, first, [bit[q] for q in range(qubits)]
 
 
 def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
@@ -318,7 +376,7 @@ def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
     return tuple(np.kron(np.eye(2), p) for p in factor.proj)
 
 
-def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
+def _to_arrays(blocks, start: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
     kinds: dict[bytes, int] = {}
     kind_eig, kind_proj, rows, starts = [], [], [], [0]
     for pair, members in blocks:
@@ -337,7 +395,7 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
             )
         starts.append(len(rows))
     kind, symbol, coef, const = zip(*rows) if rows else ((), (), (), ())
-    placed, relabel, bit_maps, final = _placement([pair for pair, _ in blocks], qubits)
+    placed, relabel, bit_maps, first, final = _placement([pair for pair, _ in blocks], qubits)
     circuit = Circuit(
         qubits=qubits,
         block_qubits=np.array(placed, np.int64).reshape(-1, 2),
@@ -350,5 +408,6 @@ def _to_arrays(blocks, qubits: int, names: dict, index: dict) -> Plan:
         const=np.array(const, np.float64),
         kind_eig=np.array(kind_eig, np.float64).reshape(-1, 4),
         kind_proj=np.array(kind_proj, np.complex128).reshape(-1, 4, 4, 4),
+        **_start_arrays(start, first),
     )
     return Plan(circuit, {q: final[i] for q, i in index.items()})
