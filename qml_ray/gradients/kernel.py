@@ -514,7 +514,7 @@ def pauli_expectation(state, flip, signs, y_count):
     return (total * 1j ** (y_count % 4)).real
 
 
-START_BITS = 10  # the start state is written in chunks of 2^10 amplitudes
+START_BITS = 10  # the start state is written in chunks of 2^10 amplitudes (plan.Circuit.start_table)
 
 
 @numba.njit(**JIT)
@@ -525,35 +525,7 @@ def start_phase(circuit, g, index):
 
 
 @numba.njit(**JIT)
-def linked_bits(circuit, low):
-    """[low] bool: whether a bit below `low` shares a diagonal factor of the start with a bit above."""
-    linked = np.zeros(low, np.bool_)
-    for hi, lo in circuit.start_phase_bits:
-        if min(hi, lo) < low <= max(hi, lo):
-            linked[min(hi, lo)] = True
-    return linked
-
-
-@numba.njit(**JIT)
-def low_table(circuit, low, linked):
-    """[2, 2^low] float32: what the start gives the amplitudes of every chunk alike, the product over
-    the bits below `low` not linked to a bit above of their qubits' amplitudes, times the diagonal
-    factors with both bits below `low`."""
-    table = np.ones(1 << low, np.complex128)
-    for j in range(table.shape[0]):
-        for b in range(low):
-            if not linked[b]:
-                table[j] *= circuit.start_amplitudes[b, (j >> b) & 1]
-        for g in range(circuit.start_phases.shape[0]):
-            if circuit.start_phase_bits[g].max() < low:
-                table[j] *= start_phase(circuit, g, j)
-    out = np.empty((2, table.shape[0]), np.float32)
-    out[0], out[1] = table.real, table.imag
-    return out
-
-
-@numba.njit(**JIT)
-def chunk_factors(circuit, base, low, linked):
+def chunk_factors(circuit, base, low):
     """For the chunk at `base`: the constant the start gives all its amplitudes (from the bits above
     `low`), and for each linked bit below, the two values its setting contributes (its qubit's amplitudes
     times the diagonal factors linking it to a bit above, whose setting the chunk fixes)."""
@@ -588,14 +560,14 @@ def scale_by_bit(re, im, b, values):
 
 
 @numba.njit(**JIT)
-def start_range(psi, circuit, table, linked, first, last):
-    """Chunks first..last of the start state: the chunk's constant times the common table, times the
-    values of its linked bits."""
-    width = table.shape[1]
-    low = START_BITS if width == 1 << START_BITS else circuit.qubits
+def start_range(psi, circuit, first, last):
+    """Chunks first..last of the start state: the chunk's constant times the table every chunk shares
+    (`plan.Circuit.start_table`), times the values of its linked bits."""
+    table, linked = circuit.start_table, circuit.start_linked
+    width, low = table.shape[1], linked.shape[0]
     for c in range(first, last):
         base = c * width
-        scale, per_bit = chunk_factors(circuit, base, low, linked)
+        scale, per_bit = chunk_factors(circuit, base, low)
         re, im = psi[0, base : base + width], psi[1, base : base + width]
         sr, si = np.float32(scale.real), np.float32(scale.imag)
         for j in range(width):
@@ -607,10 +579,10 @@ def start_range(psi, circuit, table, linked, first, last):
 
 
 @numba.njit(parallel=True, **JIT)
-def start_parts(psi, circuit, table, linked, parts):
-    chunks = psi.shape[1] // table.shape[1]
+def start_parts(psi, circuit, parts):
+    chunks = psi.shape[1] // circuit.start_table.shape[1]
     for part in numba.prange(parts):
-        start_range(psi, circuit, table, linked, chunks * part // parts, chunks * (part + 1) // parts)
+        start_range(psi, circuit, chunks * part // parts, chunks * (part + 1) // parts)
 
 
 @numba.njit(**JIT)
@@ -618,13 +590,10 @@ def start_state(circuit, parts):
     """The state after the circuit's start (`plan.Circuit`'s start_*), from |0...0>: its qubits' product
     state times its diagonal factors, written in one pass, in `parts` parts side by side."""
     psi = np.empty((2, 1 << circuit.qubits), np.float32)
-    low = min(START_BITS, circuit.qubits)
-    linked = linked_bits(circuit, low)
-    table = low_table(circuit, low, linked)
     if parts > 1:
-        start_parts(psi, circuit, table, linked, parts)
+        start_parts(psi, circuit, parts)
     else:
-        start_range(psi, circuit, table, linked, 0, psi.shape[1] >> low)
+        start_range(psi, circuit, 0, psi.shape[1] // circuit.start_table.shape[1])
     return psi
 
 

@@ -62,6 +62,8 @@ class Circuit(NamedTuple):
     start_amplitudes: np.ndarray  # [qubits, 2] complex128: per bit, its qubit after the start's one-qubit factors
     start_phase_bits: np.ndarray  # [phases, 2] int64: the bits (hi, lo) of the start's two-qubit diagonals
     start_phases: np.ndarray  # [phases, 4] complex128: its diagonal, indexed 2 * bit(hi) + bit(lo)
+    start_linked: np.ndarray  # [low] bool: bits below low = min(kernel.START_BITS, qubits) in a phase with one above
+    start_table: np.ndarray  # [2, 2^low] float32: the start on the bits below low, but for the linked bits' amplitudes
 
 
 class Readouts(NamedTuple):
@@ -255,7 +257,9 @@ def _matrix(factor: Factor) -> np.ndarray:
 
 
 def _start_arrays(start: list[Factor], bit: list[int]) -> dict:
-    """The start as the Circuit's start_* arrays, qubit q on bit bit[q]."""
+    """The start as the Circuit's start_* arrays, qubit q on bit bit[q]. The kernel writes the state in chunks
+    of 2^low amplitudes, each the same table over the bits below low times what the bits above give: a
+    constant, and for each linked bit (in a diagonal factor with a bit above) two values."""
     amplitudes = np.zeros((len(bit), 2), np.complex128)
     amplitudes[:, 0] = 1
     phase_bits, phases = [], []
@@ -266,10 +270,24 @@ def _start_arrays(start: list[Factor], bit: list[int]) -> dict:
         else:
             phase_bits.append([bit[q] for q in factor.qubits])
             phases.append(np.diag(_matrix(factor)))
+    low = min(kernel.START_BITS, len(bit))
+    linked = np.zeros(low, np.bool_)
+    for pair in phase_bits:
+        if min(pair) < low <= max(pair):
+            linked[min(pair)] = True
+    j = np.arange(1 << low)
+    table = np.ones(1 << low, np.complex128)
+    for b in np.flatnonzero(~linked):
+        table *= amplitudes[b, (j >> b) & 1]
+    for (hi, lo), diagonal in zip(phase_bits, phases):
+        if max(hi, lo) < low:
+            table *= diagonal[2 * ((j >> hi) & 1) + ((j >> lo) & 1)]
     return {
         "start_amplitudes": amplitudes,
         "start_phase_bits": np.array(phase_bits, np.int64).reshape(-1, 2),
         "start_phases": np.array(phases, np.complex128).reshape(-1, 4),
+        "start_linked": linked,
+        "start_table": np.stack([table.real, table.imag]).astype(np.float32),
     }
 
 
