@@ -4,8 +4,9 @@ Each gate of a serialized program becomes one or more factors U(e) = sum_k exp(i
 on one or two qubits, with the exponent e = const + coef * symbol (the forms TFQ serializes:
 a number, or a number times one symbol). The circuit's start, the constant factors that take
 |0...0> to a product state times diagonal phases (a data encoding's Hadamards and CZs, say), is
-written as that state in one pass (`Start`). The other factors are fused into blocks on qubit pairs,
-one-qubit factors folded into a neighbouring block, as qsim fuses its forward pass. Qubits are then
+written as that state in one pass (`Circuit`'s start_* arrays). The other factors are fused into
+blocks on qubit pairs, one-qubit factors folded into a neighbouring block, as qsim fuses its
+forward pass. Qubits are then
 placed on bits so that blocks run on the kernel's fast high bits: the qubits needed last wait on the
 low bits, and the state is relabelled when a block needs one of them (Belady's rule).
 """
