@@ -18,11 +18,15 @@ from qml_ray.errors import UsageError
 
 # The simulators hold every circuit's whole state vector in one process: 2**qubits complex64
 # amplitudes, STATES_PER_CIRCUIT of them at once (TFQ's adjoint gradient keeps 3, the block
-# method 2). Beyond 38 qubits that is more than the largest machines have (about 12 TB).
+# method 2 and the final state its forward keeps for the gradient). Beyond 38 qubits that is
+# more than the largest machines have (about 12 TB).
 MAX_QUBITS = 38
 DEFAULT_MODEL = "qml_ray.model:qcnn"
 STATES_PER_CIRCUIT = 3
 AMPLITUDE_BYTES = 8
+# The block method's forward keeps more final states than one per thread while they fit this many
+# bytes per thread: a step's batch then needs no circuit simulated again (BENCHMARKS section 4).
+KEPT_BYTES_PER_THREAD = 256 * 2**20
 
 
 def _not_a_bool(value):
@@ -183,8 +187,16 @@ def kind(key: str) -> type:
 
 
 def state_bytes(qubits: int, threads: int) -> int:
-    """Memory the state vectors of a process simulating on `threads` threads (a circuit each) take."""
-    return threads * STATES_PER_CIRCUIT * AMPLITUDE_BYTES * 2**qubits
+    """Memory the state vectors of a process simulating on `threads` threads (a circuit each) take:
+    STATES_PER_CIRCUIT per thread, more when the kept final states fill their KEPT_BYTES_PER_THREAD."""
+    one = AMPLITUDE_BYTES * 2**qubits
+    return threads * (STATES_PER_CIRCUIT - 1) * one + kept_states(threads, one) * one
+
+
+def kept_states(threads: int, one_state_bytes: int) -> int:
+    """How many final states a process simulating on `threads` threads keeps for its gradients: one per
+    thread, or as many as fit KEPT_BYTES_PER_THREAD per thread."""
+    return threads * max(1, KEPT_BYTES_PER_THREAD // one_state_bytes)
 
 
 def split_sizes(config: Config) -> tuple[int, int]:

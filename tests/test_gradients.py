@@ -11,7 +11,8 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray.gradients import BlockAdjoint, UnsupportedGate, kernel
+from qml_ray import config
+from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, kernel
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -63,11 +64,13 @@ def finite_differences(circuits, symbols, values, readouts, upstream) -> np.ndar
     return out
 
 
-def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4) -> None:
-    """Block expectations equal cirq's and TFQ's within 1e-5; block gradients equal cirq's central
-    differences within 1e-4, and TFQ's Adjoint within `tfq_tolerance` (TFQ's own float32 gradient strays
-    further on some gate mixes)."""
-    block_forward, block = forward_and_gradient(BlockAdjoint(threads=2), circuits, symbols, values, readouts, upstream)
+def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, threads=2) -> None:
+    """Block expectations (on `threads` threads) equal cirq's and TFQ's within 1e-5; block gradients equal
+    cirq's central differences within 1e-4, and TFQ's Adjoint within `tfq_tolerance` (TFQ's own float32
+    gradient strays further on some gate mixes)."""
+    block_forward, block = forward_and_gradient(
+        BlockAdjoint(threads=threads), circuits, symbols, values, readouts, upstream
+    )
     tfq_forward, adjoint = forward_and_gradient(
         tfq.differentiators.Adjoint(), circuits, symbols, values, readouts, upstream
     )
@@ -94,6 +97,35 @@ def test_qcnn_gradients(qubits, layers):
     readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
     upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
     check(circuits, symbols, values, readouts, upstream)
+
+
+@pytest.mark.parametrize("kept_bytes", [0, config.KEPT_BYTES_PER_THREAD])
+def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, kept_bytes):
+    """A batch of 3 circuits on one thread: the gradient sweeps back from the forward's final states
+    of all three (they fit the kept bytes), or with no bytes to spare from the last one's only,
+    simulating the other two again: the same values either way, cirq's, central differences' and TFQ's."""
+    monkeypatch.setattr(config, "KEPT_BYTES_PER_THREAD", kept_bytes)
+    rng = np.random.default_rng(9)
+    register = qubits_for(9)
+    model, readout_qubits = qcnn_circuit(register, 1)
+    symbols = sorted(cirq.parameter_symbols(model), key=str)
+    circuits = [cluster_state_circuit(register) + cirq.rx(0.3 * i)(register[i]) + model for i in range(3)]
+    values = rng.uniform(-2, 2, size=(3, len(symbols)))
+    readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
+    upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
+    check(circuits, symbols, values, readouts, upstream, threads=1)
+
+
+def test_final_states_are_kept_within_their_bytes():
+    """At least one final state per thread is kept, more while they fit KEPT_BYTES_PER_THREAD per thread;
+    the oldest go first."""
+    assert config.KEPT_BYTES_PER_THREAD == 256 * 2**20
+    states = FinalStates(threads=2)
+    for qubits, kept in ((23, 8), (30, 2)):  # 64 MiB a state: 4 per thread; 8 GiB: one per thread
+        state = np.empty((2, 2**qubits), np.float32)  # pages never touched: no memory taken
+        for key in range(kept + 3):
+            states.keep(key, state)
+        assert [states.take(key) is state for key in range(kept + 3)] == [False] * 3 + [True] * kept
 
 
 def test_one_circuit_shared_between_threads():

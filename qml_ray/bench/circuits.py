@@ -18,7 +18,7 @@ import tensorflow_quantum as tfq
 
 from qml_ray import contract, data
 from qml_ray.bench import peers
-from qml_ray.config import Config
+from qml_ray.config import Config, kept_states
 from qml_ray.gradients import BlockAdjoint, kernel_inputs
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -109,7 +109,8 @@ def probe(qubits: int, circuits: int, threads: int, with_peers: bool, min_second
         ) / result[f"{name}_forward_seconds"]
     result["speedup"] = result["tfq_forward_gradient_seconds"] / result["block_forward_gradient_seconds"]
     whole = model_circuits(config, model, batch)  # the block model's: the last built
-    result.update(memory_traffic(whole, result, state_bytes, kept=in_flight / circuits))
+    kept = min(circuits, kept_states(threads, state_bytes)) / circuits
+    result.update(memory_traffic(whole, result, state_bytes, kept))
     if with_peers:
         result["peers"] = against_peers(whole, threads, min_seconds)
     return result

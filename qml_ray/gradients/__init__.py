@@ -20,10 +20,11 @@ import tensorflow as tf
 import tensorflow_quantum as tfq
 from tensorflow_quantum.python.differentiators import differentiator
 
+from qml_ray.config import kept_states
 from qml_ray.gradients import kernel
 from qml_ray.gradients.plan import Circuit, Readouts, UnsupportedGate, plan
 
-__all__ = ["BlockAdjoint", "UnsupportedGate", "default_threads"]
+__all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads"]
 
 SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share between threads (BENCHMARKS section 4)
 
@@ -55,14 +56,14 @@ NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes 
 
 
 class FinalStates:
-    """The final states of the latest forward passes, at most `capacity` (LRU), each taken once by the gradient
-    of the same circuit at the same values: in a training step the gradient follows its forward, and its
-    sweep then starts from the state instead of simulating the circuit again (one of the about 4 forwards'
-    worth of work a circuit's forward + gradient costs). With `capacity` the threads, a worker holds at most
-    3 state vectors per thread: the kept ones, and a state and co-state in each gradient."""
+    """The final states of the latest forward passes, as many as `config.kept_states` allows on `threads`
+    threads (LRU), each taken once by the gradient of the same circuit at the same values: in a training step
+    the gradient follows its forward, and its sweep then starts from the state instead of simulating the
+    circuit again (one of the about 4 forwards' worth of work a circuit's forward + gradient costs). A worker
+    holds the kept states, and a state and co-state in each thread's gradient."""
 
-    def __init__(self, capacity: int):
-        self.capacity = capacity
+    def __init__(self, threads: int):
+        self.threads = threads
         self._states = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -70,7 +71,7 @@ class FinalStates:
         with self._lock:
             self._states[key] = state
             self._states.move_to_end(key)
-            while len(self._states) > self.capacity:
+            while len(self._states) > kept_states(self.threads, state.nbytes):
                 self._states.popitem(last=False)
 
     def take(self, key: tuple) -> np.ndarray:
