@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real multi-node Ray cluster on this machine, shaped like the RayCluster on GKE: a head
 # that runs no work (num-cpus 0) and serves the dashboard, and worker nodes, each its own
-# `ray start`. `down` stops exactly the processes `up` started, by their PIDs.
+# `ray start` in a session of its own. `down` stops exactly those nodes: each node's `ray start`
+# by its PID, then whatever is left in its session after 5 s.
 #
 #   scripts/local_cluster.sh up [WORKER_NODES (2)] [CPUS_PER_NODE (1)]
 #   scripts/local_cluster.sh add [CPUS (1)]     one more worker node (e.g. replacing a lost one)
@@ -20,9 +21,9 @@ dir=${QML_RAY_CLUSTER_DIR:-/tmp/qml-ray-cluster}
 port=${RAY_PORT:-6380}
 dashboard=${DASHBOARD_PORT:-8265}
 
-start_node() {  # log name, then `ray start` arguments
+start_node() {  # log name, then `ray start` arguments: the node is a session of its own, led by its PID
   local log=$1; shift
-  ray start --block --disable-usage-stats "$@" > "$dir/$log.log" 2>&1 &
+  setsid ray start --block --disable-usage-stats "$@" > "$dir/$log.log" 2>&1 &
   echo $! >> "$dir/pids"
 }
 
@@ -67,24 +68,29 @@ add() {
   echo "worker node added"
 }
 
-running() {  # PIDs: whether any is still running (zombies awaiting their reaper do not count)
-  local pid state
+in_sessions() {  # node PIDs: whether any process of their sessions still runs (zombies do not count)
+  local pid
   for pid in "$@"; do
-    state=$(ps -o stat= -p "$pid" 2>/dev/null) && [ "${state#Z}" = "$state" ] && return 0
+    ps -o stat= -s "$pid" 2>/dev/null | grep -qv '^Z' && return 0
   done
   return 1
 }
 
-down() {
+down() {  # each node stops itself (SIGTERM); what is left of a node after 5 s is killed
   [ -s "$dir/pids" ] || return 0
-  local pids
+  local pids pid
   pids=$(cat "$dir/pids")
   kill $pids 2>/dev/null || true
-  for _ in $(seq 40); do
-    running $pids || break
-    sleep 1
+  for _ in $(seq 10); do
+    in_sessions $pids || break
+    sleep 0.5
   done
-  kill -9 $pids 2>/dev/null || true
+  # The head waits about 30 s for actors a job left behind (Ray Train's and Ray Data's detached ones).
+  for pid in $pids; do pkill -KILL -s "$pid" 2>/dev/null || true; done
+  for _ in $(seq 20); do
+    in_sessions $pids || break
+    sleep 0.5
+  done
   rm -f "$dir/pids"
   # `ray start --head` recorded this cluster as the machine's current one: forget it.
   if grep -qs ":${port}\$" /tmp/ray/ray_current_cluster; then rm -f /tmp/ray/ray_current_cluster; fi
