@@ -27,6 +27,15 @@ start_node() {  # log name, then `ray start` arguments: the node is a session of
   echo $! >> "$dir/pids"
 }
 
+node_temp_dir() {  # a worker node's own temporary folder (short: Ray's socket paths must fit 107 bytes)
+  # As on separate machines: nodes sharing /tmp/ray share the jobs' unpacked working folders, and a
+  # worker node unpacking one again deletes it under the driver that runs in it on the head.
+  local temp
+  temp=$(mktemp -d /tmp/qml-ray-node-XXXXXX)
+  echo "$temp" >> "$dir/temp_dirs"
+  echo "$temp"
+}
+
 registered_nodes() {  # every node that joined, alive or not (a lost node stays listed as dead)
   # Asked of the dashboard's state API: a client joining Ray (ray.init) would add a job per poll.
   ray list nodes --address "http://127.0.0.1:$dashboard" --format json --limit 10000 2>/dev/null |
@@ -52,7 +61,7 @@ up() {
     --dashboard-host 127.0.0.1 --dashboard-port "$dashboard"
   wait_for_nodes 1
   for i in $(seq "$nodes"); do  # one at a time: nodes racing to register can time out
-    start_node "worker-$i" --address "127.0.0.1:$port" --num-cpus "$cpus"
+    start_node "worker-$i" --address "127.0.0.1:$port" --num-cpus "$cpus" --temp-dir "$(node_temp_dir)"
     wait_for_nodes $((i + 1))
   done
   echo "Ray cluster up: $((nodes + 1)) nodes, dashboard http://127.0.0.1:$dashboard, address 127.0.0.1:$port"
@@ -63,7 +72,7 @@ add() {
   if [ ! -s "$dir/pids" ]; then echo "error: no cluster is up: run up first" >&2; exit 2; fi
   local joined
   joined=$(registered_nodes)
-  start_node "worker-$(wc -l < "$dir/pids")" --address "127.0.0.1:$port" --num-cpus "$cpus"
+  start_node "worker-$(wc -l < "$dir/pids")" --address "127.0.0.1:$port" --num-cpus "$cpus" --temp-dir "$(node_temp_dir)"
   wait_for_nodes $((joined + 1))
   echo "worker node added"
 }
@@ -92,6 +101,7 @@ down() {  # each node stops itself (SIGTERM); what is left of a node after 5 s i
     sleep 0.5
   done
   rm -f "$dir/pids"
+  if [ -s "$dir/temp_dirs" ]; then xargs rm -rf < "$dir/temp_dirs"; rm -f "$dir/temp_dirs"; fi
   # `ray start --head` recorded this cluster as the machine's current one: forget it.
   if grep -qs ":${port}\$" /tmp/ray/ray_current_cluster; then rm -f /tmp/ray/ray_current_cluster; fi
   echo "Ray cluster down"
