@@ -101,8 +101,8 @@ def autoscaling_cluster(tmp_path):
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:  # a loaded machine: `ray start --block` may not finish its stop in time
+            head.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # the head waits about 30 s for actors the command left behind
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=60)
         for pid in cluster_processes(port):  # the worker nodes the autoscaler left, if any
