@@ -85,21 +85,22 @@ in_sessions() {  # node PIDs: whether any process of their sessions still runs (
   return 1
 }
 
+wait_for_sessions() {  # seconds, then node PIDs: wait up to that long until nothing of their sessions runs
+  for _ in $(seq $(($1 * 2))); do
+    in_sessions "${@:2}" || return 0
+    sleep 0.5
+  done
+}
+
 down() {  # each node stops itself (SIGTERM); what is left of a node after 5 s is killed
   [ -s "$dir/pids" ] || return 0
   local pids pid
   pids=$(cat "$dir/pids")
   kill $pids 2>/dev/null || true
-  for _ in $(seq 10); do
-    in_sessions $pids || break
-    sleep 0.5
-  done
+  wait_for_sessions 5 $pids
   # The head waits about 30 s for actors a job left behind (Ray Train's and Ray Data's detached ones).
   for pid in $pids; do pkill -KILL -s "$pid" 2>/dev/null || true; done
-  for _ in $(seq 20); do
-    in_sessions $pids || break
-    sleep 0.5
-  done
+  wait_for_sessions 10 $pids
   rm -f "$dir/pids"
   if [ -s "$dir/temp_dirs" ]; then xargs rm -rf < "$dir/temp_dirs"; rm -f "$dir/temp_dirs"; fi
   # `ray start --head` recorded this cluster as the machine's current one: forget it.
