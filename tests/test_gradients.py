@@ -2,6 +2,7 @@
 simulator, on the QCNN, on random circuits of every supported gate family, and in training."""
 
 import csv
+import importlib
 import itertools
 
 import cirq
@@ -12,7 +13,7 @@ import tensorflow as tf
 import tensorflow_quantum as tfq
 
 from qml_ray import config
-from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, kernel
+from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, kernel, kernel_inputs
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -147,6 +148,70 @@ def test_one_circuit_shared_between_threads():
     for other in shared:
         np.testing.assert_allclose(other[0], one[0], atol=1e-6)
         np.testing.assert_allclose(other[1], one[1], atol=1e-6)
+
+
+@pytest.fixture
+def tiles_of_10_bits(monkeypatch):
+    """Plans made with tiles of 2^10 amplitudes (the smallest the chunked passes allow), so that a small
+    circuit's state holds several tiles and its blocks on bits below 10 form segments."""
+    plans = importlib.import_module("qml_ray.gradients.plan")
+    monkeypatch.setattr(plans, "TILE_BITS", 10)
+    plans._plan.cache_clear()
+    yield
+    plans._plan.cache_clear()  # the plans made with tiles of 10 bits
+
+
+def ladder_batch(qubits: int, circuits: int, seed: int) -> tuple:
+    """Circuits of a ladder: iSWAP**a on each neighbouring pair in turn, each followed by a rotation of the
+    pair's upper qubit, so consecutive blocks share a qubit and do not commute; each circuit with its own
+    excitation. Its symbols, values, readouts (Z of every third qubit) and upstream."""
+    rng = np.random.default_rng(seed)
+    register = cirq.LineQubit.range(qubits)
+    a, b = sympy.symbols("a b")
+    ladder = cirq.Circuit(cirq.H.on_each(register))
+    for low, high in itertools.pairwise(register):
+        ladder += [cirq.ISWAP(low, high) ** a, cirq.rx(b * (1 + high.x / qubits))(high)]
+    batch = [cirq.Circuit(cirq.ry(0.4 + i)(register[2 * i + 1])) + ladder for i in range(circuits)]
+    readouts = [[cirq.Z(q) for q in register[::3]]] * circuits
+    values = rng.uniform(-2, 2, size=(circuits, 2))
+    return batch, [a, b], values, readouts, rng.uniform(-1, 1, size=(circuits, len(readouts[0])))
+
+
+def plan_of(circuits, symbols, readouts) -> tuple:
+    """The first circuit and its readouts as the kernel takes them."""
+    program = tfq.convert_to_tensor(circuits[:1]).numpy()[0]
+    return kernel_inputs(program, tuple(str(s) for s in symbols), tfq.convert_to_tensor(readouts[:1]).numpy()[0])
+
+
+def test_segments_applied_tile_by_tile(tiles_of_10_bits):
+    """12 qubits in tiles of 2^10 amplitudes: consecutive blocks on the bits below 10 (which do not
+    commute) are segments, each applied and un-applied a tile at a time; the values still equal cirq's,
+    central differences and TFQ's, on 1 and 2 threads."""
+    circuits, symbols, values, readouts, upstream = ladder_batch(12, 2, seed=12)
+    circuit, _ = plan_of(circuits, symbols, readouts)
+    assert circuit.tile_bits == 10 and np.diff(circuit.segments).max() >= 3
+    for threads in (1, 2):
+        check(circuits, symbols, values, readouts, upstream, threads=threads)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_segments_cut_between_threads_agree_with_one_thread(tiles_of_10_bits, parts):
+    """One 16-qubit circuit in tiles of 2^10 amplitudes, its segments' tiles shared between `parts` of numba's
+    threads: the expectations and gradient equal one thread's within 1e-6."""
+    circuits, symbols, values, readouts, upstream = ladder_batch(16, 1, seed=16)
+    circuit, kernel_readouts = plan_of(circuits, symbols, readouts)
+    assert np.diff(circuit.segments).max() >= 3
+
+    def forward_and_gradient_on(parts: int) -> tuple:
+        out, grad = np.zeros(len(readouts[0])), np.zeros(len(symbols))
+        state = kernel.circuit_expectations(circuit, values[0], kernel_readouts, out, parts)
+        kernel.circuit_gradient(circuit, values[0], kernel_readouts, upstream[0], grad, parts, state)
+        return out, grad
+
+    one, shared = forward_and_gradient_on(1), forward_and_gradient_on(parts)
+    assert np.abs(one[1]).max() > 0.01  # a real gradient
+    np.testing.assert_allclose(shared[0], one[0], atol=1e-6)
+    np.testing.assert_allclose(shared[1], one[1], atol=1e-6)
 
 
 @pytest.mark.slow

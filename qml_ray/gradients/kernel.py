@@ -5,7 +5,9 @@ contiguous runs vectorise; qubit q is bit q of an amplitude's index. A block
 is a 4x4 unitary on two qubits (hi, lo), its basis index 2 * bit(hi) + bit(lo). Transition
 matrices and gradients are accumulated in double precision. Every function releases the GIL,
 so threads run circuits side by side; and a circuit's passes can cut the state into `parts` that
-numba's own threads run side by side (for a batch with fewer circuits than threads).
+numba's own threads run side by side (for a batch with fewer circuits than threads). A segment of
+consecutive blocks (`plan.Circuit.segments`) is applied tile by tile: all its blocks to one tile of
+the state, while the tile is in cache, before the next.
 """
 
 import numba
@@ -298,16 +300,17 @@ def unapply_range(psi, lam, mr, mi, hi, lo, total, first, last):
 
 
 @numba.njit(**JIT)
-def share(part, parts, count):
-    """Where part `part` of `parts` starts among `count` items, cut at multiples of 2^CHUNK_BITS."""
-    return count if part == parts else ((count >> CHUNK_BITS) * part // parts) << CHUNK_BITS
+def share(part, parts, count, unit_bits):
+    """Where part `part` of `parts` starts among `count` items, cut at multiples of 2^unit_bits."""
+    return count if part == parts else ((count >> unit_bits) * part // parts) << unit_bits
 
 
 @numba.njit(parallel=True, **JIT)
 def apply_parts(state, mr, mi, hi, lo, parts):
     groups = state.shape[1] >> 2
     for part in numba.prange(parts):
-        apply_range(state, mr, mi, hi, lo, share(part, parts, groups), share(part + 1, parts, groups))
+        first, last = share(part, parts, groups, CHUNK_BITS), share(part + 1, parts, groups, CHUNK_BITS)
+        apply_range(state, mr, mi, hi, lo, first, last)
 
 
 @numba.njit(parallel=True, **JIT)
@@ -315,7 +318,7 @@ def unapply_parts(psi, lam, mr, mi, hi, lo, parts):
     groups = psi.shape[1] >> 2
     totals = np.zeros((parts, 4, 8))
     for part in numba.prange(parts):
-        first, last = share(part, parts, groups), share(part + 1, parts, groups)
+        first, last = share(part, parts, groups, CHUNK_BITS), share(part + 1, parts, groups, CHUNK_BITS)
         unapply_range(psi, lam, mr, mi, hi, lo, totals[part], first, last)
     return totals.sum(axis=0)
 
@@ -485,7 +488,7 @@ def relabel_parts(state, lows, highs, parts):
     rests = state.shape[1] >> (2 * lows.shape[0])
     for job in numba.prange(2 * parts):
         plane, part = job // parts, job % parts
-        relabel_range(state[plane], lows, highs, share(part, parts, rests), share(part + 1, parts, rests))
+        relabel_range(state[plane], lows, highs, share(part, parts, rests, 0), share(part + 1, parts, rests, 0))
 
 
 @numba.njit(**JIT)
@@ -598,13 +601,90 @@ def start_state(circuit, parts):
 
 
 @numba.njit(**JIT)
+def apply_segment_range(state, circuit, blocks, b, e, first, last):
+    """Blocks b..e (a segment: their bits below circuit.tile_bits) on groups first..last, a tile at a time:
+    every block on one tile, while it is in cache, then the next tile."""
+    width = 1 << (circuit.tile_bits - 2)  # a tile's groups of 4 amplitudes
+    for tile in range(first, last, width):
+        for k in range(b, e):
+            mr, mi = scalars(blocks[k])
+            apply_range(state, mr, mi, circuit.block_qubits[k, 0], circuit.block_qubits[k, 1], tile, tile + width)
+
+
+@numba.njit(parallel=True, **JIT)
+def apply_segment_parts(state, circuit, blocks, b, e, parts):
+    groups, unit = state.shape[1] >> 2, circuit.tile_bits - 2
+    for part in numba.prange(parts):
+        first, last = share(part, parts, groups, unit), share(part + 1, parts, groups, unit)
+        apply_segment_range(state, circuit, blocks, b, e, first, last)
+
+
+@numba.njit(**JIT)
+def apply_segment(state, circuit, blocks, b, e, parts):
+    """state <- blocks b..e applied in order: one block in one pass, several (a segment) tile by tile; the
+    state cut into `parts` run side by side on threads."""
+    if e - b == 1:
+        apply_block(state, blocks[b], circuit.block_qubits[b, 0], circuit.block_qubits[b, 1], parts)
+    elif parts > 1:
+        apply_segment_parts(state, circuit, blocks, b, e, parts)
+    else:
+        apply_segment_range(state, circuit, blocks, b, e, 0, state.shape[1] >> 2)
+
+
+@numba.njit(**JIT)
+def unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, totals, first, last):
+    """Blocks e-1..b (a segment) un-applied from both states on groups first..last, a tile at a time; each
+    block with a symbol adds its transition sums to totals[k - b]."""
+    width = 1 << (circuit.tile_bits - 2)
+    for tile in range(first, last, width):
+        for k in range(e - 1, b - 1, -1):
+            mr, mi = scalars(daggers[k - b])
+            hi, lo = circuit.block_qubits[k]
+            if symbolic[k]:
+                unapply_range(psi, lam, mr, mi, hi, lo, totals[k - b], tile, tile + width)
+            else:
+                apply_range(psi, mr, mi, hi, lo, tile, tile + width)
+                apply_range(lam, mr, mi, hi, lo, tile, tile + width)
+
+
+@numba.njit(parallel=True, **JIT)
+def unapply_segment_parts(psi, lam, circuit, daggers, symbolic, b, e, parts):
+    groups, unit = psi.shape[1] >> 2, circuit.tile_bits - 2
+    totals = np.zeros((parts, e - b, 4, 8))
+    for part in numba.prange(parts):
+        first, last = share(part, parts, groups, unit), share(part + 1, parts, groups, unit)
+        unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, totals[part], first, last)
+    return totals.sum(axis=0)
+
+
+@numba.njit(**JIT)
+def unapply_segment(psi, lam, circuit, blocks, symbolic, b, e, parts):
+    """A segment's blocks e-1..b un-applied from both states, tile by tile; returns each block's transition
+    matrix (as unapply_with_transition's), zeros for a block with no symbol."""
+    daggers = np.empty((e - b, 4, 4), np.complex128)
+    for k in range(b, e):
+        daggers[k - b] = np.conj(blocks[k].T)
+    if parts > 1:
+        totals = unapply_segment_parts(psi, lam, circuit, daggers, symbolic, b, e, parts)
+    else:
+        totals = np.zeros((e - b, 4, 8))
+        unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, totals, 0, psi.shape[1] >> 2)
+    out = np.empty((e - b, 4, 4), np.complex128)
+    for k in range(e - b):
+        out[k] = (totals[k, :, 0::2] + 1j * totals[k, :, 1::2]) @ daggers[k]
+    return out
+
+
+@numba.njit(**JIT)
 def simulate(circuit, blocks, parts):
-    """The state (planes: real, imaginary) after the circuit's start and its blocks, each pass in `parts` parts."""
+    """The state (planes: real, imaginary) after the circuit's start and its blocks, segment by segment,
+    each pass in `parts` parts."""
     psi = start_state(circuit, parts)
-    for b in range(blocks.shape[0]):
+    for s in range(circuit.segments.shape[0] - 1):
+        b, e = circuit.segments[s], circuit.segments[s + 1]
         if circuit.relabel[b] >= 0:
             relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]], parts)
-        apply_block(psi, blocks[b], circuit.block_qubits[b, 0], circuit.block_qubits[b, 1], parts)
+        apply_segment(psi, circuit, blocks, b, e, parts)
     return psi
 
 
@@ -651,14 +731,22 @@ def circuit_gradient(circuit, values, readouts, upstream, grad, parts, psi):
     add_observable(lam, psi, readouts, upstream)
     symbolic = with_symbols(circuit)
     first = np.argmax(symbolic) if symbolic.any() else symbolic.shape[0]
-    for b in range(blocks.shape[0] - 1, first - 1, -1):
+    for s in range(circuit.segments.shape[0] - 2, -1, -1):
+        b, e = max(circuit.segments[s], first), circuit.segments[s + 1]
+        if e <= first:
+            break
         hi, lo = circuit.block_qubits[b]
-        if symbolic[b]:
+        if e - b == 1 and symbolic[b]:
             m = unapply_with_transition(psi, lam, blocks[b], hi, lo, parts)
             add_block_gradient(circuit, values, factors, b, m, grad)
-        else:
+        elif e - b == 1:
             for state in (psi, lam):
                 apply_block(state, np.conj(blocks[b].T), hi, lo, parts)
+        else:
+            transitions = unapply_segment(psi, lam, circuit, blocks, symbolic, b, e, parts)
+            for k in range(b, e):
+                if symbolic[k]:
+                    add_block_gradient(circuit, values, factors, k, transitions[k - b], grad)
         if circuit.relabel[b] >= 0 and b > first:
             relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]], parts)
             relabel_bits(lam, circuit.bit_maps[circuit.relabel[b]], parts)
