@@ -139,12 +139,12 @@ def model_circuits(config: Config, model, batch) -> dict:
 
 def forward_bytes(whole: dict) -> float:
     """Bytes the block kernel's forward moves per circuit (mean over the batch): each pass over the state (the
-    start's, a block's, or a relabelling) reads and writes it once (complex64, padded to the kernel's least
-    qubits)."""
+    start's, a segment's: one block, or several applied tile by tile; or a relabelling) reads and writes it
+    once (complex64, padded to the kernel's least qubits)."""
     moved = []
     for program, pauli_sums in zip(whole["programs"], whole["pauli_sums"]):
         circuit, _ = kernel_inputs(program, tuple(s.decode() for s in whole["names"]), pauli_sums)
-        passes = 1 + len(circuit.block_qubits) + int(np.count_nonzero(circuit.relabel >= 0))
+        passes = len(circuit.segments) + int(np.count_nonzero(circuit.relabel >= 0))  # the start's, then segments
         moved.append(2 * 8 * 2**circuit.qubits * passes)
     return float(np.mean(moved))
 
@@ -159,7 +159,7 @@ def pass_bandwidth(state_bytes: int) -> float:
 
 def memory_traffic(whole: dict, result: dict, state_bytes: int, kept: float) -> dict:
     """The bytes the block kernel moves per circuit, the rate it reaches, and a state-sized pass's. Counted:
-    every pass of the forward (a block, or a relabelling) reads and writes the state once (`forward_bytes`);
+    every pass of the forward (a segment, or a relabelling) reads and writes the state once (`forward_bytes`);
     the gradient op simulates the forward again for the circuits whose state the forward did not keep (all
     but the share `kept`), then every pass of its backward sweep reads and writes two states (the state and
     its co-state): forward + gradient = forward op + gradient op = 1 + (1 - kept) + 2 forwards. Not
