@@ -27,6 +27,7 @@ EIGEN_GATES = {name: gate for gate, name in EIGEN_GATES_DICT.items()}
 SWAP = np.eye(4)[[0, 2, 1, 3]]
 # A segment's tile: 2^16 amplitudes, 512 KiB (both planes), so it stays in a core's L2 cache while every
 # block of the segment passes over it: a segment costs one pass over memory instead of one per block.
+# (At least kernel.CHUNK_BITS + 2: a tile holds whole chunks of every pass.)
 TILE_BITS = 16
 
 
