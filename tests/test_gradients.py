@@ -150,15 +150,20 @@ def test_one_circuit_shared_between_threads():
         np.testing.assert_allclose(other[1], one[1], atol=1e-6)
 
 
+def planned_in_tiles_of(bits: int, monkeypatch):
+    """Plans made with tiles of 2^bits amplitudes from here to the test's end (the plan cache cleared)."""
+    plans = importlib.import_module("qml_ray.gradients.plan")
+    monkeypatch.setattr(plans, "TILE_BITS", bits)
+    plans._plan.cache_clear()
+
+
 @pytest.fixture
 def tiles_of_10_bits(monkeypatch):
     """Plans made with tiles of 2^10 amplitudes (the smallest the chunked passes allow), so that a small
     circuit's state holds several tiles and its blocks on bits below 10 form segments."""
-    plans = importlib.import_module("qml_ray.gradients.plan")
-    monkeypatch.setattr(plans, "TILE_BITS", 10)
-    plans._plan.cache_clear()
+    planned_in_tiles_of(10, monkeypatch)
     yield
-    plans._plan.cache_clear()  # the plans made with tiles of 10 bits
+    importlib.import_module("qml_ray.gradients.plan")._plan.cache_clear()  # the plans made with small tiles
 
 
 def ladder_batch(qubits: int, circuits: int, seed: int) -> tuple:
@@ -183,6 +188,34 @@ def plan_of(circuits, symbols, readouts) -> tuple:
     return kernel_inputs(program, tuple(str(s) for s in symbols), tfq.convert_to_tensor(readouts[:1]).numpy()[0])
 
 
+def brickwork_batch(qubits: int, active: int, layers: int, circuits: int, seed: int) -> tuple:
+    """Circuits of brickwork layers on the first `active` qubits: iSWAP**a on the even neighbouring pairs, then
+    the odd ones, each followed by a rotation of the pair's upper qubit (blocks of one layer commute, of the next
+    do not), each circuit with its own excitation. Its symbols, values, readouts (Z of every third qubit) and
+    upstream."""
+    rng = np.random.default_rng(seed)
+    register = cirq.LineQubit.range(qubits)
+    a, b = sympy.symbols("a b")
+    bricks = cirq.Circuit(cirq.H.on_each(register))
+    for layer in range(layers):
+        for low, high in zip(register[layer % 2 : active : 2], register[layer % 2 + 1 : active : 2]):
+            bricks += [cirq.ISWAP(low, high) ** a, cirq.rx(b * (1 + high.x / qubits))(high)]
+    batch = [cirq.Circuit(cirq.ry(0.4 + i)(register[2 * i + 1])) + bricks for i in range(circuits)]
+    readouts = [[cirq.Z(q) for q in register[::3]]] * circuits
+    values = rng.uniform(-2, 2, size=(circuits, 2))
+    return batch, [a, b], values, readouts, rng.uniform(-1, 1, size=(circuits, len(readouts[0])))
+
+
+def segments_of(circuit) -> list[tuple[int, np.ndarray]]:
+    """Each segment of several blocks: its window and its blocks' bits."""
+    ends = circuit.segments
+    return [
+        (circuit.windows[s], circuit.block_qubits[ends[s] : ends[s + 1]])
+        for s in range(len(ends) - 1)
+        if ends[s + 1] - ends[s] > 1
+    ]
+
+
 def test_segments_applied_tile_by_tile(tiles_of_10_bits):
     """12 qubits in tiles of 2^10 amplitudes: consecutive blocks on the bits below 10 (which do not
     commute) are segments, each applied and un-applied a tile at a time; the values still equal cirq's,
@@ -192,6 +225,50 @@ def test_segments_applied_tile_by_tile(tiles_of_10_bits):
     assert circuit.tile_bits == 10 and np.diff(circuit.segments).max() >= 3
     for threads in (1, 2):
         check(circuits, symbols, values, readouts, upstream, threads=threads)
+
+
+def test_segments_with_windows_among_the_high_bits(monkeypatch):
+    """Brickwork on 12 of 17 qubits (the idle ones parked on the lowest bits, so no relabelling) in tiles of 2^13
+    amplitudes: blocks are put out of the circuit's order into segments, some with a window below the tile's
+    bits, so on the highest bits, whose tiles are runs of the state far apart; the values still equal cirq's,
+    central differences and TFQ's, on 1 and 2 threads."""
+    planned_in_tiles_of(13, monkeypatch)
+    circuits, symbols, values, readouts, upstream = brickwork_batch(17, 12, 4, 2, seed=17)
+    circuit, _ = plan_of(circuits, symbols, readouts)
+    windowed = [bits for window, bits in segments_of(circuit) if window < circuit.tile_bits]
+    assert windowed and max(bits.max() for bits in windowed) >= circuit.tile_bits
+    for threads in (1, 2):
+        check(circuits, symbols, values, readouts, upstream, threads=threads)
+    importlib.import_module("qml_ray.gradients.plan")._plan.cache_clear()
+
+
+def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
+    """Random blocks (with relabellings among them) put into segments: every block once; a segment's blocks
+    avoid its window; blocks that share a bit, or a relabelling between them, keep their order; a window
+    below TILE_BITS and blocks out of order both occur, and there are fewer segments than blocks."""
+    from qml_ray.gradients.plan import TILE_BITS, _schedule
+
+    rng = np.random.default_rng(0)
+    qubits, reordered, low_windows = 20, 0, 0
+    for _ in range(50):
+        placed = [tuple(rng.choice(np.arange(5, qubits), 2, replace=False)) for _ in range(30)]
+        relabel = [-1 if b == 0 or rng.random() > 0.1 else 0 for b in range(30)]
+        order, segments, windows = _schedule(placed, relabel, qubits)
+        assert sorted(order) == list(range(30)) and len(windows) == len(segments) - 1 < 30
+        position = {b: i for i, b in enumerate(order)}
+        stretch = np.cumsum([r >= 0 for r in relabel])
+        for a, b in itertools.combinations(range(30), 2):
+            if set(placed[a]) & set(placed[b]) or stretch[a] != stretch[b]:
+                assert position[a] < position[b]
+        for s, window in enumerate(windows):
+            blocks = order[segments[s] : segments[s + 1]]
+            assert window >= 0 or len(blocks) == 1
+            assert all(
+                not window <= bit < window + qubits - TILE_BITS for b in blocks for bit in placed[b] if window >= 0
+            )
+            low_windows += 0 <= window < TILE_BITS
+        reordered += order != sorted(order)
+    assert reordered and low_windows
 
 
 @pytest.mark.parametrize("parts", [2, 3])

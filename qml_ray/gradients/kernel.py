@@ -7,7 +7,8 @@ matrices and gradients are accumulated in double precision. Every function relea
 so threads run circuits side by side; and a circuit's passes can cut the state into `parts` that
 numba's own threads run side by side (for a batch with fewer circuits than threads). A segment of
 consecutive blocks (`plan.Circuit.segments`) is applied tile by tile: all its blocks to one tile of
-the state, while the tile is in cache, before the next.
+the state, while the tile is in cache, before the next. A tile is the amplitudes whose bits in the
+segment's window (bits no block of it touches) are the same.
 """
 
 import numba
@@ -600,75 +601,91 @@ def start_state(circuit, parts):
     return psi
 
 
+@numba.njit(inline="always", **JIT)
+def tile_runs(circuit, window, hi, lo, tile):
+    """A segment's tile `tile` as block (hi, lo)'s groups: the tile fixes the state's bits window..window + fixed
+    (fixed = qubits - tile_bits) to `tile`; with bits hi and lo taken out of an amplitude's index they are its
+    group's bits p..p + fixed, so the tile is `count` runs of 2^p consecutive groups, run r from
+    offset + r * step. Returns (offset, step, count, length)."""
+    fixed = circuit.qubits - circuit.tile_bits
+    p = window - (hi < window) - (lo < window)
+    return tile << p, 1 << (p + fixed), 1 << (circuit.qubits - 2 - p - fixed), 1 << p
+
+
 @numba.njit(**JIT)
-def apply_segment_range(state, circuit, blocks, b, e, first, last):
-    """Blocks b..e (a segment: their bits below circuit.tile_bits) on groups first..last, a tile at a time:
-    every block on one tile, while it is in cache, then the next tile."""
-    width = 1 << (circuit.tile_bits - 2)  # a tile's groups of 4 amplitudes
-    for tile in range(first, last, width):
+def apply_segment_range(state, circuit, blocks, b, e, window, first, last):
+    """Blocks b..e (a segment: their bits outside its window) on tiles first..last, a tile at a time: every
+    block on one tile, while it is in cache, then the next tile."""
+    for tile in range(first, last):
         for k in range(b, e):
             mr, mi = scalars(blocks[k])
-            apply_range(state, mr, mi, circuit.block_qubits[k, 0], circuit.block_qubits[k, 1], tile, tile + width)
+            hi, lo = circuit.block_qubits[k]
+            offset, step, count, length = tile_runs(circuit, window, hi, lo, tile)
+            for run in range(offset, offset + count * step, step):
+                apply_range(state, mr, mi, hi, lo, run, run + length)
 
 
 @numba.njit(parallel=True, **JIT)
-def apply_segment_parts(state, circuit, blocks, b, e, parts):
-    groups, unit = state.shape[1] >> 2, circuit.tile_bits - 2
+def apply_segment_parts(state, circuit, blocks, b, e, window, parts):
+    tiles = 1 << (circuit.qubits - circuit.tile_bits)
     for part in numba.prange(parts):
-        first, last = share(part, parts, groups, unit), share(part + 1, parts, groups, unit)
-        apply_segment_range(state, circuit, blocks, b, e, first, last)
+        first, last = share(part, parts, tiles, 0), share(part + 1, parts, tiles, 0)
+        apply_segment_range(state, circuit, blocks, b, e, window, first, last)
 
 
 @numba.njit(**JIT)
-def apply_segment(state, circuit, blocks, b, e, parts):
-    """state <- blocks b..e applied in order: one block in one pass, several (a segment) tile by tile; the
+def apply_segment(state, circuit, blocks, s, parts):
+    """state <- segment s's blocks applied in order: one block in one pass, several tile by tile; the
     state cut into `parts` run side by side on threads."""
+    b, e, window = circuit.segments[s], circuit.segments[s + 1], circuit.windows[s]
     if e - b == 1:
         apply_block(state, blocks[b], circuit.block_qubits[b, 0], circuit.block_qubits[b, 1], parts)
     elif parts > 1:
-        apply_segment_parts(state, circuit, blocks, b, e, parts)
+        apply_segment_parts(state, circuit, blocks, b, e, window, parts)
     else:
-        apply_segment_range(state, circuit, blocks, b, e, 0, state.shape[1] >> 2)
+        apply_segment_range(state, circuit, blocks, b, e, window, 0, 1 << (circuit.qubits - circuit.tile_bits))
 
 
 @numba.njit(**JIT)
-def unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, totals, first, last):
-    """Blocks e-1..b (a segment) un-applied from both states on groups first..last, a tile at a time; each
+def unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, window, totals, first, last):
+    """Blocks e-1..b (of a segment) un-applied from both states on tiles first..last, a tile at a time; each
     block with a symbol adds its transition sums to totals[k - b]."""
-    width = 1 << (circuit.tile_bits - 2)
-    for tile in range(first, last, width):
+    for tile in range(first, last):
         for k in range(e - 1, b - 1, -1):
             mr, mi = scalars(daggers[k - b])
             hi, lo = circuit.block_qubits[k]
-            if symbolic[k]:
-                unapply_range(psi, lam, mr, mi, hi, lo, totals[k - b], tile, tile + width)
-            else:
-                apply_range(psi, mr, mi, hi, lo, tile, tile + width)
-                apply_range(lam, mr, mi, hi, lo, tile, tile + width)
+            offset, step, count, length = tile_runs(circuit, window, hi, lo, tile)
+            for run in range(offset, offset + count * step, step):
+                if symbolic[k]:
+                    unapply_range(psi, lam, mr, mi, hi, lo, totals[k - b], run, run + length)
+                else:
+                    apply_range(psi, mr, mi, hi, lo, run, run + length)
+                    apply_range(lam, mr, mi, hi, lo, run, run + length)
 
 
 @numba.njit(parallel=True, **JIT)
-def unapply_segment_parts(psi, lam, circuit, daggers, symbolic, b, e, parts):
-    groups, unit = psi.shape[1] >> 2, circuit.tile_bits - 2
+def unapply_segment_parts(psi, lam, circuit, daggers, symbolic, b, e, window, parts):
+    tiles = 1 << (circuit.qubits - circuit.tile_bits)
     totals = np.zeros((parts, e - b, 4, 8))
     for part in numba.prange(parts):
-        first, last = share(part, parts, groups, unit), share(part + 1, parts, groups, unit)
-        unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, totals[part], first, last)
+        first, last = share(part, parts, tiles, 0), share(part + 1, parts, tiles, 0)
+        unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, window, totals[part], first, last)
     return totals.sum(axis=0)
 
 
 @numba.njit(**JIT)
-def unapply_segment(psi, lam, circuit, blocks, symbolic, b, e, parts):
-    """A segment's blocks e-1..b un-applied from both states, tile by tile; returns each block's transition
-    matrix (as unapply_with_transition's), zeros for a block with no symbol."""
+def unapply_segment(psi, lam, circuit, blocks, symbolic, b, e, window, parts):
+    """Blocks e-1..b of a segment (window its window) un-applied from both states, tile by tile; returns each
+    block's transition matrix (as unapply_with_transition's), zeros for a block with no symbol."""
     daggers = np.empty((e - b, 4, 4), np.complex128)
     for k in range(b, e):
         daggers[k - b] = np.conj(blocks[k].T)
     if parts > 1:
-        totals = unapply_segment_parts(psi, lam, circuit, daggers, symbolic, b, e, parts)
+        totals = unapply_segment_parts(psi, lam, circuit, daggers, symbolic, b, e, window, parts)
     else:
         totals = np.zeros((e - b, 4, 8))
-        unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, totals, 0, psi.shape[1] >> 2)
+        tiles = 1 << (circuit.qubits - circuit.tile_bits)
+        unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, window, totals, 0, tiles)
     out = np.empty((e - b, 4, 4), np.complex128)
     for k in range(e - b):
         out[k] = (totals[k, :, 0::2] + 1j * totals[k, :, 1::2]) @ daggers[k]
@@ -681,10 +698,10 @@ def simulate(circuit, blocks, parts):
     each pass in `parts` parts."""
     psi = start_state(circuit, parts)
     for s in range(circuit.segments.shape[0] - 1):
-        b, e = circuit.segments[s], circuit.segments[s + 1]
+        b = circuit.segments[s]
         if circuit.relabel[b] >= 0:
             relabel_bits(psi, circuit.bit_maps[circuit.relabel[b]], parts)
-        apply_segment(psi, circuit, blocks, b, e, parts)
+        apply_segment(psi, circuit, blocks, s, parts)
     return psi
 
 
@@ -743,7 +760,7 @@ def circuit_gradient(circuit, values, readouts, upstream, grad, parts, psi):
             for state in (psi, lam):
                 apply_block(state, np.conj(blocks[b].T), hi, lo, parts)
         else:
-            transitions = unapply_segment(psi, lam, circuit, blocks, symbolic, b, e, parts)
+            transitions = unapply_segment(psi, lam, circuit, blocks, symbolic, b, e, circuit.windows[s], parts)
             for k in range(b, e):
                 if symbolic[k]:
                     add_block_gradient(circuit, values, factors, k, transitions[k - b], grad)

@@ -8,8 +8,9 @@ written as that state in one pass (`Circuit`'s start_* arrays). The other factor
 blocks on qubit pairs, one-qubit factors folded into a neighbouring block, as qsim fuses its
 forward pass. Qubits are then
 placed on bits so that blocks run on the kernel's fast high bits: the qubits needed last wait on the
-low bits, and the state is relabelled when a block needs one of them (Belady's rule). Consecutive
-blocks on bits below TILE_BITS make a segment, which the kernel applies tile by tile (cache blocking).
+low bits, and the state is relabelled when a block needs one of them (Belady's rule). Between
+relabellings the blocks are put in an order that gathers them into segments: runs of blocks that leave
+the same window of bits untouched, which the kernel applies tile by tile (cache blocking).
 """
 
 import functools
@@ -27,8 +28,13 @@ EIGEN_GATES = {name: gate for gate, name in EIGEN_GATES_DICT.items()}
 SWAP = np.eye(4)[[0, 2, 1, 3]]
 # A segment's tile: 2^16 amplitudes, 512 KiB (both planes), so it stays in a core's L2 cache while every
 # block of the segment passes over it: a segment costs one pass over memory instead of one per block.
-# (At least kernel.CHUNK_BITS + 2: a tile holds whole chunks of every pass.)
+# A tile is the amplitudes with the same bits in the segment's window: qubits - TILE_BITS bits that no
+# block of the segment touches, from bit w, LOWEST_WINDOW <= w <= TILE_BITS. The tile is then runs of
+# 2^w amplitudes or more (w = TILE_BITS: one run); from 2^10 (4 KiB, a page, per plane), since shorter
+# runs were slower at 20 qubits (BENCHMARKS section 4). (TILE_BITS at least kernel.CHUNK_BITS + 2 and
+# LOWEST_WINDOW at least kernel.CHUNK_BITS: a tile's runs then hold whole chunks of every pass.)
 TILE_BITS = 16
+LOWEST_WINDOW = 10
 
 
 class UnsupportedGate(ValueError):
@@ -58,7 +64,8 @@ class Circuit(NamedTuple):
     block_qubits: np.ndarray  # [blocks, 2] int64: the bits (hi, lo) the block acts on
     relabel: np.ndarray  # [blocks] int64: row of bit_maps applied to the state before the block, or -1
     bit_maps: np.ndarray  # [relabellings, qubits] int64: bit q of every index moves to bit bit_maps[r, q] (swaps)
-    segments: np.ndarray  # [segments + 1] int64: segment s holds blocks segments[s]:segments[s + 1] (see _segments)
+    segments: np.ndarray  # [segments + 1] int64: segment s holds blocks segments[s]:segments[s + 1] (see _schedule)
+    windows: np.ndarray  # [segments] int64: the first bit of segment s's window (-1 for a segment of one block)
     tile_bits: int  # a segment of several blocks is applied to tiles of 2^tile_bits amplitudes, one after another
     block_start: np.ndarray  # [blocks + 1] int64: block b holds factors block_start[b]:block_start[b + 1]
     kind: np.ndarray  # [factors] int64: row of kind_eig / kind_proj
@@ -391,13 +398,46 @@ def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[in
     return placed, relabel, bit_maps, first, [bit[q] for q in range(qubits)]
 
 
-def _segments(placed: list[tuple[int, int]], relabel: list[int], qubits: int) -> np.ndarray:
-    """Where each segment of blocks starts (and the end): a run of consecutive blocks whose bits all lie
-    below TILE_BITS, with no relabelling after its first, is one segment; every other block is one of its
-    own. In a state of at most one tile, every block is."""
-    tiled = [qubits > TILE_BITS and max(bits) < TILE_BITS for bits in placed]
-    starts = [b for b in range(len(placed)) if b == 0 or relabel[b] >= 0 or not (tiled[b] and tiled[b - 1])]
-    return np.array([*starts, len(placed)], np.int64)
+def _schedule(
+    placed: list[tuple[int, int]], relabel: list[int], qubits: int
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The blocks' new order, where each segment starts (and the end), and each segment's window. Between
+    two relabellings (where every qubit keeps its bit) blocks that share no bit commute; each segment takes,
+    in order, the blocks still to run whose bits avoid its window and that no block left behind shares a bit
+    with, from the window that takes the most. A segment of one block is a pass of its own. A state of at
+    most one tile has no windows."""
+    windows = range(TILE_BITS, LOWEST_WINDOW - 1, -1) if qubits > TILE_BITS else range(0)
+    ends = [b for b in range(1, len(placed)) if relabel[b] >= 0] + [len(placed)]
+    order, starts, chosen = [], [], []
+    for first, end in zip([0, *ends[:-1]], ends):
+        pending = list(range(first, end))
+        while pending:
+            window, taken = max(
+                ((w, _segment(pending, placed, w, qubits)) for w in windows),
+                key=lambda wt: len(wt[1]),
+                default=(-1, []),
+            )
+            if len(taken) < 2:
+                window, taken = -1, pending[:1]
+            starts.append(len(order))
+            chosen.append(window)
+            order += taken
+            pending = [b for b in pending if b not in taken]
+    return order, np.array([*starts, len(placed)], np.int64), np.array(chosen, np.int64)
+
+
+def _segment(pending: list[int], placed: list[tuple[int, int]], window: int, qubits: int) -> list[int]:
+    """The blocks of `pending` (in order) that one segment with this window can run: those whose bits avoid
+    the window's, and share none with a block of `pending` left behind before them."""
+    fixed = set(range(window, window + qubits - TILE_BITS))
+    behind, taken = set(), []
+    for b in pending:
+        bits = set(placed[b])
+        if bits & (fixed | behind):
+            behind |= bits
+        else:
+            taken.append(b)
+    return taken
 
 
 def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
@@ -412,9 +452,11 @@ def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
 
 
 def _to_arrays(blocks, start: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
+    placed, relabel, bit_maps, first, final = _placement([pair for pair, _ in blocks], qubits)
+    order, segments, windows = _schedule(placed, relabel, qubits)
     kinds: dict[bytes, int] = {}
     kind_eig, kind_proj, rows, starts = [], [], [], [0]
-    for pair, members in blocks:
+    for pair, members in (blocks[b] for b in order):
         for factor in members:
             eig = np.zeros(4)
             proj = np.zeros((4, 4, 4), np.complex128)
@@ -430,13 +472,13 @@ def _to_arrays(blocks, start: list[Factor], qubits: int, names: dict, index: dic
             )
         starts.append(len(rows))
     kind, symbol, coef, const = zip(*rows) if rows else ((), (), (), ())
-    placed, relabel, bit_maps, first, final = _placement([pair for pair, _ in blocks], qubits)
     circuit = Circuit(
         qubits=qubits,
-        block_qubits=np.array(placed, np.int64).reshape(-1, 2),
-        relabel=np.array(relabel, np.int64),
+        block_qubits=np.array([placed[b] for b in order], np.int64).reshape(-1, 2),
+        relabel=np.array(relabel, np.int64),  # a relabelling starts its stretch of blocks, which keeps its place
         bit_maps=np.array(bit_maps, np.int64).reshape(-1, qubits),
-        segments=_segments(placed, relabel, qubits),
+        segments=segments,
+        windows=windows,
         tile_bits=TILE_BITS,
         block_start=np.array(starts, np.int64),
         kind=np.array(kind, np.int64),
