@@ -404,26 +404,26 @@ def _schedule(
     """The blocks' new order, where each segment starts (and the end), and each segment's window. Between
     two relabellings (where every qubit keeps its bit) blocks that share no bit commute; each segment takes,
     in order, the blocks still to run whose bits avoid its window and that no block left behind shares a bit
-    with, from the window that takes the most. A segment of one block is a pass of its own. A state of at
-    most one tile has no windows."""
-    windows = range(TILE_BITS, LOWEST_WINDOW - 1, -1) if qubits > TILE_BITS else range(0)
-    ends = [b for b in range(1, len(placed)) if relabel[b] >= 0] + [len(placed)]
+    with, from the window that takes the most. A segment of one block is a pass of its own, as is every
+    block of a state of at most one tile."""
+    blocks = len(placed)
+    if qubits <= TILE_BITS:
+        return list(range(blocks)), np.arange(blocks + 1, dtype=np.int64), np.full(blocks, -1, np.int64)
+    windows = range(TILE_BITS, LOWEST_WINDOW - 1, -1)
+    ends = [b for b in range(1, blocks) if relabel[b] >= 0] + [blocks]
     order, starts, chosen = [], [], []
     for first, end in zip([0, *ends[:-1]], ends):
         pending = list(range(first, end))
         while pending:
-            window, taken = max(
-                ((w, _segment(pending, placed, w, qubits)) for w in windows),
-                key=lambda wt: len(wt[1]),
-                default=(-1, []),
-            )
+            window, taken = max(((w, _segment(pending, placed, w, qubits)) for w in windows), key=lambda wt: len(wt[1]))
             if len(taken) < 2:
                 window, taken = -1, pending[:1]
             starts.append(len(order))
             chosen.append(window)
             order += taken
-            pending = [b for b in pending if b not in taken]
-    return order, np.array([*starts, len(placed)], np.int64), np.array(chosen, np.int64)
+            done = set(taken)
+            pending = [b for b in pending if b not in done]
+    return order, np.array([*starts, blocks], np.int64), np.array(chosen, np.int64)
 
 
 def _segment(pending: list[int], placed: list[tuple[int, int]], window: int, qubits: int) -> list[int]:
