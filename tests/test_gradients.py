@@ -150,20 +150,25 @@ def test_one_circuit_shared_between_threads():
         np.testing.assert_allclose(other[1], one[1], atol=1e-6)
 
 
-def planned_in_tiles_of(bits: int, monkeypatch):
-    """Plans made with tiles of 2^bits amplitudes from here to the test's end (the plan cache cleared)."""
+@pytest.fixture
+def tiles(monkeypatch):
+    """tiles(bits): plans made with tiles of 2^bits amplitudes from then to the test's end (the plan cache
+    cleared then, and again after the test)."""
     plans = importlib.import_module("qml_ray.gradients.plan")
-    monkeypatch.setattr(plans, "TILE_BITS", bits)
-    plans._plan.cache_clear()
+
+    def planned_in_tiles_of(bits: int) -> None:
+        monkeypatch.setattr(plans, "TILE_BITS", bits)
+        plans._plan.cache_clear()
+
+    yield planned_in_tiles_of
+    plans._plan.cache_clear()  # the plans made with other tiles
 
 
 @pytest.fixture
-def tiles_of_10_bits(monkeypatch):
+def tiles_of_10_bits(tiles):
     """Plans made with tiles of 2^10 amplitudes (the smallest the chunked passes allow), so that a small
     circuit's state holds several tiles and its blocks on bits below 10 form segments."""
-    planned_in_tiles_of(10, monkeypatch)
-    yield
-    importlib.import_module("qml_ray.gradients.plan")._plan.cache_clear()  # the plans made with small tiles
+    tiles(10)
 
 
 def ladder_batch(qubits: int, circuits: int, seed: int) -> tuple:
@@ -227,19 +232,18 @@ def test_segments_applied_tile_by_tile(tiles_of_10_bits):
         check(circuits, symbols, values, readouts, upstream, threads=threads)
 
 
-def test_segments_with_windows_among_the_high_bits(monkeypatch):
+def test_segments_with_windows_among_the_high_bits(tiles):
     """Brickwork on 12 of 17 qubits (the idle ones parked on the lowest bits, so no relabelling) in tiles of 2^13
     amplitudes: blocks are put out of the circuit's order into segments, some with a window below the tile's
     bits, so on the highest bits, whose tiles are runs of the state far apart; the values still equal cirq's,
     central differences and TFQ's, on 1 and 2 threads."""
-    planned_in_tiles_of(13, monkeypatch)
+    tiles(13)
     circuits, symbols, values, readouts, upstream = brickwork_batch(17, 12, 4, 2, seed=17)
     circuit, _ = plan_of(circuits, symbols, readouts)
     windowed = [bits for window, bits in segments_of(circuit) if window < circuit.tile_bits]
     assert windowed and max(bits.max() for bits in windowed) >= circuit.tile_bits
     for threads in (1, 2):
         check(circuits, symbols, values, readouts, upstream, threads=threads)
-    importlib.import_module("qml_ray.gradients.plan")._plan.cache_clear()
 
 
 def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():

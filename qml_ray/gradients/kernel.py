@@ -602,6 +602,12 @@ def start_state(circuit, parts):
 
 
 @numba.njit(inline="always", **JIT)
+def tile_count(circuit):
+    """A segment's tiles: one for each setting of its window's qubits - tile_bits bits."""
+    return 1 << (circuit.qubits - circuit.tile_bits)
+
+
+@numba.njit(inline="always", **JIT)
 def tile_runs(circuit, window, hi, lo, tile):
     """A segment's tile `tile` as block (hi, lo)'s groups: the tile fixes the state's bits window..window + fixed
     (fixed = qubits - tile_bits) to `tile`; with bits hi and lo taken out of an amplitude's index they are its
@@ -627,7 +633,7 @@ def apply_segment_range(state, circuit, blocks, b, e, window, first, last):
 
 @numba.njit(parallel=True, **JIT)
 def apply_segment_parts(state, circuit, blocks, b, e, window, parts):
-    tiles = 1 << (circuit.qubits - circuit.tile_bits)
+    tiles = tile_count(circuit)
     for part in numba.prange(parts):
         first, last = share(part, parts, tiles, 0), share(part + 1, parts, tiles, 0)
         apply_segment_range(state, circuit, blocks, b, e, window, first, last)
@@ -643,7 +649,7 @@ def apply_segment(state, circuit, blocks, s, parts):
     elif parts > 1:
         apply_segment_parts(state, circuit, blocks, b, e, window, parts)
     else:
-        apply_segment_range(state, circuit, blocks, b, e, window, 0, 1 << (circuit.qubits - circuit.tile_bits))
+        apply_segment_range(state, circuit, blocks, b, e, window, 0, tile_count(circuit))
 
 
 @numba.njit(**JIT)
@@ -665,7 +671,7 @@ def unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, window, to
 
 @numba.njit(parallel=True, **JIT)
 def unapply_segment_parts(psi, lam, circuit, daggers, symbolic, b, e, window, parts):
-    tiles = 1 << (circuit.qubits - circuit.tile_bits)
+    tiles = tile_count(circuit)
     totals = np.zeros((parts, e - b, 4, 8))
     for part in numba.prange(parts):
         first, last = share(part, parts, tiles, 0), share(part + 1, parts, tiles, 0)
@@ -684,8 +690,7 @@ def unapply_segment(psi, lam, circuit, blocks, symbolic, b, e, window, parts):
         totals = unapply_segment_parts(psi, lam, circuit, daggers, symbolic, b, e, window, parts)
     else:
         totals = np.zeros((e - b, 4, 8))
-        tiles = 1 << (circuit.qubits - circuit.tile_bits)
-        unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, window, totals, 0, tiles)
+        unapply_segment_range(psi, lam, circuit, daggers, symbolic, b, e, window, totals, 0, tile_count(circuit))
     out = np.empty((e - b, 4, 4), np.complex128)
     for k in range(e - b):
         out[k] = (totals[k, :, 0::2] + 1j * totals[k, :, 1::2]) @ daggers[k]
