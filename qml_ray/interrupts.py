@@ -3,20 +3,24 @@
 The first signal raises Interrupted in the main thread, wherever it waits. The command then says
 how to continue and exits with 128 + the signal's number, after its cleanups (the run's claim
 released, the autoscaler's request withdrawn; at most EXIT_SECONDS), asking every process it
-started to stop (a local Ray and its workers); a second signal exits at once. Ray Train's and Ray
-Tune's own SIGINT handlers (a graceful abort, during which the workers train on) never see it:
-`waited` runs their calls off the main thread, where they install none.
+started to stop (a local Ray and its workers), killing those still there TERM_SECONDS later; a
+second signal exits at once. Ray Train's and Ray Tune's own SIGINT handlers (a graceful abort,
+during which the workers train on) never see it: `waited` runs their calls off the main thread,
+where they install none.
 """
 
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
-from pathlib import Path
+
+import psutil
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_SECONDS = 5  # the longest an interrupted command's cleanups may take
+TERM_SECONDS = 2  # then the processes it started have this long to end on SIGTERM before they are killed
 _received: list[int] = []
 _cleanups: list = []
 _waiting: list["_Call"] = []
@@ -50,37 +54,46 @@ def on_interrupt(cleanup) -> None:
 
 
 def exit_interrupted(status: int) -> None:
-    """Exit with `status` now, after the cleanups (at most EXIT_SECONDS), asking every process the
-    command started (a local Ray: its GCS, raylet, agents and workers) to stop. No other exit
-    handler runs: Ray's would disconnect from Ray while a thread still waits on it, and wait for a
-    local Ray to stop (which SIGTERM to the command's process group may be stopping already);
-    either way Ray would end the process with status 1 and a line of its own. On a cluster, the
-    command's actors go with it."""
-    timer = threading.Timer(EXIT_SECONDS, os._exit, (status,))
+    """Exit with `status` now, after the cleanups (at most EXIT_SECONDS), stopping every process the
+    command started (`stop`). No other exit handler runs: Ray's would disconnect from Ray while
+    a thread still waits on it, and wait for a local Ray to stop (which SIGTERM to the command's process
+    group may be stopping already); either way Ray would end the process with status 1 and a line of its
+    own. On a cluster, the command's actors go with it."""
+    timer = threading.Timer(EXIT_SECONDS, _stop_and_exit, (status,))
     timer.daemon = True
     timer.start()
     for cleanup in reversed(_cleanups):
         with contextlib.suppress(Exception):
             cleanup()
-    for pid in _descendants():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+    _stop_and_exit(status)
+
+
+def _stop_and_exit(status: int) -> None:
+    """Hand the processes this one started, and theirs, to a reaper (`stop`, in a process of its own: a
+    wait here would let Ray's core worker end this one with status 1 when its raylet goes), then exit."""
+    started = [process.pid for process in psutil.Process().children(recursive=True)]
+    if started:
+        reaper = [sys.executable, "-m", "qml_ray.interrupts", *map(str, started)]
+        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        subprocess.Popen(reaper, **quiet, start_new_session=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
 
 
-def _descendants() -> list[int]:
-    """The processes this one started, and theirs (from Linux's /proc)."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-    found, generation = [], {os.getpid()}
-    while generation:
-        generation = {pid for pid, parent in parents.items() if parent in generation}
-        found += generation
-    return found
+def stop(pids: list[int]) -> None:
+    """Ask the processes `pids` (a local Ray's GCS, raylet, agents and workers) to stop (SIGTERM), and kill
+    those still running TERM_SECONDS later (a worker busy in a kernel, on a loaded machine): none outlives
+    the command by more."""
+    processes = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            processes.append(psutil.Process(pid))
+            processes[-1].terminate()
+    _, running = psutil.wait_procs(processes, timeout=TERM_SECONDS)
+    for process in running:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 def say_on_interrupt(next_step: str) -> None:
@@ -135,3 +148,7 @@ def fail(error: BaseException) -> None:
 def abandoned() -> bool:
     """Whether `fail` left a call running (so the command must exit by `exit_interrupted`)."""
     return bool(_abandoned)
+
+
+if __name__ == "__main__":  # the reaper `_stop_and_exit` starts
+    stop([int(pid) for pid in sys.argv[1:]])
