@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from qml_ray import checkpoints, claims, runtime, storage
+from qml_ray import checkpoints, claims, interrupts, runtime, storage
 from qml_ray.errors import UsageError
 
 from conftest import BUCKET, ROOT, SMOKE, command_env, require, run_command
@@ -197,6 +197,23 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
     assert ended.status == 130 and "Traceback" not in ended.stdout + ended.stderr, ended.stderr[-3000:]
     assert ended.seconds < 2, ended.seconds  # from the second
     print(f"\ntwo Ctrl-Cs: the command exited {ended.seconds:.2f} s after the second")
+
+
+def test_the_reaper_kills_what_outlives_sigterm():
+    """An interrupted command leaves the processes it started to a reaper (`interrupts.stop`): SIGTERM, then
+    SIGKILL for any still running TERM_SECONDS later (here one that ignores SIGTERM)."""
+
+    def sleeper(ignore_sigterm: bool) -> subprocess.Popen:
+        handler = "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if ignore_sigterm else "None"
+        code = f"import signal, time; {handler}; print(flush=True); time.sleep(120)"
+        process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        process.stdout.readline()  # its handler is in place
+        return process
+
+    stubborn, polite = sleeper(ignore_sigterm=True), sleeper(ignore_sigterm=False)
+    interrupts.stop([stubborn.pid, polite.pid])
+    assert stubborn.wait(timeout=10) == -signal.SIGKILL
+    assert polite.poll() is not None  # ended by SIGTERM (the reaper waited for it, so its status is gone)
 
 
 # One run, one writer
