@@ -211,9 +211,13 @@ def test_the_reaper_kills_what_outlives_sigterm():
         return process
 
     stubborn, polite = sleeper(ignore_sigterm=True), sleeper(ignore_sigterm=False)
-    interrupts.stop([stubborn.pid, polite.pid])
-    assert stubborn.wait(timeout=10) == -signal.SIGKILL
-    assert polite.poll() is not None  # ended by SIGTERM (the reaper waited for it, so its status is gone)
+    try:
+        interrupts.stop([stubborn.pid, polite.pid])
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL
+        assert polite.poll() is not None  # ended by SIGTERM (the reaper waited for it, so its status is gone)
+    finally:
+        stubborn.kill()  # (if the test failed)
+        polite.kill()
 
 
 # One run, one writer
