@@ -171,20 +171,25 @@ def tiles_of_10_bits(tiles):
     tiles(10)
 
 
-def ladder_batch(qubits: int, circuits: int, seed: int) -> tuple:
-    """Circuits of a ladder: iSWAP**a on each neighbouring pair in turn, each followed by a rotation of the
-    pair's upper qubit, so consecutive blocks share a qubit and do not commute; each circuit with its own
-    excitation. Its symbols, values, readouts (Z of every third qubit) and upstream."""
+def iswap_batch(qubits: int, pairs, circuits: int, seed: int) -> tuple:
+    """Circuits of iSWAP**a on each pair (low, high) of register indices in turn, each followed by a rotation
+    of the pair's upper qubit, each circuit with its own excitation. Its symbols, values, readouts (Z of every
+    third qubit) and upstream."""
     rng = np.random.default_rng(seed)
     register = cirq.LineQubit.range(qubits)
     a, b = sympy.symbols("a b")
-    ladder = cirq.Circuit(cirq.H.on_each(register))
-    for low, high in itertools.pairwise(register):
-        ladder += [cirq.ISWAP(low, high) ** a, cirq.rx(b * (1 + high.x / qubits))(high)]
-    batch = [cirq.Circuit(cirq.ry(0.4 + i)(register[2 * i + 1])) + ladder for i in range(circuits)]
+    body = cirq.Circuit(cirq.H.on_each(register))
+    for low, high in pairs:
+        body += [cirq.ISWAP(register[low], register[high]) ** a, cirq.rx(b * (1 + high / qubits))(register[high])]
+    batch = [cirq.Circuit(cirq.ry(0.4 + i)(register[2 * i + 1])) + body for i in range(circuits)]
     readouts = [[cirq.Z(q) for q in register[::3]]] * circuits
     values = rng.uniform(-2, 2, size=(circuits, 2))
     return batch, [a, b], values, readouts, rng.uniform(-1, 1, size=(circuits, len(readouts[0])))
+
+
+def ladder_batch(qubits: int, circuits: int, seed: int) -> tuple:
+    """A ladder: every neighbouring pair in turn, so consecutive blocks share a qubit and do not commute."""
+    return iswap_batch(qubits, itertools.pairwise(range(qubits)), circuits, seed)
 
 
 def plan_of(circuits, symbols, readouts) -> tuple:
@@ -194,21 +199,10 @@ def plan_of(circuits, symbols, readouts) -> tuple:
 
 
 def brickwork_batch(qubits: int, active: int, layers: int, circuits: int, seed: int) -> tuple:
-    """Circuits of brickwork layers on the first `active` qubits: iSWAP**a on the even neighbouring pairs, then
-    the odd ones, each followed by a rotation of the pair's upper qubit (blocks of one layer commute, of the next
-    do not), each circuit with its own excitation. Its symbols, values, readouts (Z of every third qubit) and
-    upstream."""
-    rng = np.random.default_rng(seed)
-    register = cirq.LineQubit.range(qubits)
-    a, b = sympy.symbols("a b")
-    bricks = cirq.Circuit(cirq.H.on_each(register))
-    for layer in range(layers):
-        for low, high in zip(register[layer % 2 : active : 2], register[layer % 2 + 1 : active : 2]):
-            bricks += [cirq.ISWAP(low, high) ** a, cirq.rx(b * (1 + high.x / qubits))(high)]
-    batch = [cirq.Circuit(cirq.ry(0.4 + i)(register[2 * i + 1])) + bricks for i in range(circuits)]
-    readouts = [[cirq.Z(q) for q in register[::3]]] * circuits
-    values = rng.uniform(-2, 2, size=(circuits, 2))
-    return batch, [a, b], values, readouts, rng.uniform(-1, 1, size=(circuits, len(readouts[0])))
+    """Brickwork layers on the first `active` qubits: the even neighbouring pairs, then the odd ones (blocks of
+    one layer commute, of the next do not)."""
+    pairs = [(low, low + 1) for layer in range(layers) for low in range(layer % 2, active - 1, 2)]
+    return iswap_batch(qubits, pairs, circuits, seed)
 
 
 def segments_of(circuit) -> list[tuple[int, np.ndarray]]:
