@@ -87,9 +87,10 @@ def stop(pids: list[int]) -> None:
     the command by more."""
     processes = []
     for pid in pids:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            processes.append(psutil.Process(pid))
-            processes[-1].terminate()
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone already
+            process = psutil.Process(pid)
+            process.terminate()
+            processes.append(process)
     _, running = psutil.wait_procs(processes, timeout=TERM_SECONDS)
     for process in running:
         with contextlib.suppress(psutil.NoSuchProcess):
