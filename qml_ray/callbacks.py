@@ -17,6 +17,7 @@ import os
 import resource
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -29,6 +30,9 @@ from qml_ray.checkpoints import write_manifest
 from qml_ray.config import Config
 
 PROGRESS_SECONDS = 30  # the shortest time between two of an epoch's progress lines
+# Ray's metrics agent drops a gauge not set again within two export intervals (each at least 1 s),
+# so the last epoch's values are set again this often (half the shortest interval) while training.
+METRICS_REFRESH_SECONDS = 0.5
 # A history row: the epoch, the model's own metrics (loss, its compiled metrics, val_ each), then these.
 RAY_METRICS = {  # the history's keys exported as Ray metrics (every model has them), and what each means
     "epoch": "epochs trained",
@@ -272,9 +276,10 @@ class RayReport(tf.keras.callbacks.Callback):
 
 
 class RayMetrics(tf.keras.callbacks.Callback):
-    """Each epoch's row as Ray metrics (ray.util.metrics gauges, tagged with the run's name), which
+    """The last epoch's row as Ray metrics (ray.util.metrics gauges, tagged with the run's name), which
     every node's metrics endpoint serves to Prometheus as ray_qml_ray_<key> and the dashboard's
-    Metrics view and Grafana chart."""
+    Metrics view and Grafana chart. A thread sets them again every METRICS_REFRESH_SECONDS until
+    the training ends, as Ray forgets a gauge that is not set again within seconds."""
 
     def __init__(self, history: MetricsHistory, run_name: str):
         super().__init__()
@@ -284,10 +289,26 @@ class RayMetrics(tf.keras.callbacks.Callback):
         self.gauges = {
             key: Gauge(f"qml_ray_{key}", description=text, tag_keys=("run",)) for key, text in RAY_METRICS.items()
         }
+        self.ended = threading.Event()
+
+    def on_train_begin(self, logs=None):
+        threading.Thread(target=self.refresh, name="ray-metrics", daemon=True).start()
 
     def on_epoch_end(self, epoch, logs=None):
-        for key, gauge in self.gauges.items():
-            gauge.set(self.history.latest[key], tags=self.tags)
+        self.set_latest()
+
+    def on_train_end(self, logs=None):
+        self.ended.set()
+
+    def refresh(self):
+        while not self.ended.wait(METRICS_REFRESH_SECONDS):
+            self.set_latest()
+
+    def set_latest(self):
+        """The gauges set to the last epoch's row (none before the first, unless resumed)."""
+        if self.history.rows:
+            for key, gauge in self.gauges.items():
+                gauge.set(self.history.latest[key], tags=self.tags)
 
 
 class StepProfiler(tf.keras.callbacks.Callback):
