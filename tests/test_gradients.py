@@ -12,8 +12,8 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import config
-from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, kernel, kernel_inputs
+from qml_ray import config, kernel
+from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -193,9 +193,9 @@ def ladder_batch(qubits: int, circuits: int, seed: int) -> tuple:
 
 
 def plan_of(circuits, symbols, readouts) -> tuple:
-    """The first circuit and its readouts as the kernel takes them."""
-    program = tfq.convert_to_tensor(circuits[:1]).numpy()[0]
-    return kernel_inputs(program, tuple(str(s) for s in symbols), tfq.convert_to_tensor(readouts[:1]).numpy()[0])
+    """The first circuit's plan, and its readouts as the kernel takes them."""
+    planned = plan(tfq.convert_to_tensor(circuits[:1]).numpy()[0], tuple(str(s) for s in symbols))
+    return planned, planned.readouts(tuple(tfq.convert_to_tensor(readouts[:1]).numpy()[0]))
 
 
 def brickwork_batch(qubits: int, active: int, layers: int, circuits: int, seed: int) -> tuple:
@@ -220,7 +220,7 @@ def test_segments_applied_tile_by_tile(tiles_of_10_bits):
     commute) are segments, each applied and un-applied a tile at a time; the values still equal cirq's,
     central differences and TFQ's, on 1 and 2 threads."""
     circuits, symbols, values, readouts, upstream = ladder_batch(12, 2, seed=12)
-    circuit, _ = plan_of(circuits, symbols, readouts)
+    circuit = plan_of(circuits, symbols, readouts)[0].circuit
     assert circuit.tile_bits == 10 and np.diff(circuit.segments).max() >= 3
     for threads in (1, 2):
         check(circuits, symbols, values, readouts, upstream, threads=threads)
@@ -233,7 +233,7 @@ def test_segments_with_windows_among_the_high_bits(tiles):
     central differences and TFQ's, on 1 and 2 threads."""
     tiles(13)
     circuits, symbols, values, readouts, upstream = brickwork_batch(17, 12, 4, 2, seed=17)
-    circuit, _ = plan_of(circuits, symbols, readouts)
+    circuit = plan_of(circuits, symbols, readouts)[0].circuit
     windowed = [bits for window, bits in segments_of(circuit) if window < circuit.tile_bits]
     assert windowed and max(bits.max() for bits in windowed) >= circuit.tile_bits
     for threads in (1, 2):
@@ -271,16 +271,16 @@ def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
 
 @pytest.mark.parametrize("parts", [2, 3])
 def test_segments_cut_between_threads_agree_with_one_thread(tiles_of_10_bits, parts):
-    """One 16-qubit circuit in tiles of 2^10 amplitudes, its segments' tiles shared between `parts` of numba's
-    threads: the expectations and gradient equal one thread's within 1e-6."""
+    """One 16-qubit circuit in tiles of 2^10 amplitudes, its segments' tiles shared between `parts` of the
+    kernel's threads: the expectations and gradient equal one thread's within 1e-6."""
     circuits, symbols, values, readouts, upstream = ladder_batch(16, 1, seed=16)
-    circuit, kernel_readouts = plan_of(circuits, symbols, readouts)
-    assert np.diff(circuit.segments).max() >= 3
+    planned, kernel_readouts = plan_of(circuits, symbols, readouts)
+    assert np.diff(planned.circuit.segments).max() >= 3
 
     def forward_and_gradient_on(parts: int) -> tuple:
         out, grad = np.zeros(len(readouts[0])), np.zeros(len(symbols))
-        state = kernel.circuit_expectations(circuit, values[0], kernel_readouts, out, parts)
-        kernel.circuit_gradient(circuit, values[0], kernel_readouts, upstream[0], grad, parts, state)
+        state = kernel.circuit_expectations(planned.compiled, values[0], kernel_readouts, out, parts)
+        kernel.circuit_gradient(planned.compiled, values[0], kernel_readouts, upstream[0], grad, parts, state)
         return out, grad
 
     one, shared = forward_and_gradient_on(1), forward_and_gradient_on(parts)
@@ -356,7 +356,7 @@ def on_bits(u: np.ndarray, state: np.ndarray, hi: int, lo: int, qubits: int) -> 
 def test_a_block_on_every_bit_pair(lo, parts):
     """Every pass of a block (each chunk length, and the bits below the chunks) against numpy in
     double precision: the forward, and the backward's un-applied states and transition matrix; whole,
-    and cut into 3 parts run on numba's threads."""
+    and cut into 3 parts run on the kernel's threads."""
     qubits, rng = 12, np.random.default_rng(lo)
     u = np.linalg.qr(rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4)))[0]
     for hi in set(range(qubits)) - {lo}:

@@ -2,7 +2,7 @@
 
 `BlockAdjoint` is a `tfq.differentiators.Differentiator`: use it wherever TFQ takes one,
 e.g. `tfq.layers.PQC(circuit, readouts, differentiator=BlockAdjoint())`. Both passes run on the
-circuit fused into two-qubit blocks (see `kernel`): the forward simulates it, the gradient runs one
+circuit fused into two-qubit blocks (`plan`) in the compiled kernel (`qml_ray.kernel`): the forward simulates it, the gradient runs one
 backward sweep over the blocks, from the state the forward left where it can (`FinalStates`); one
 circuit per thread across the batch, and when the batch has fewer circuits than threads, each circuit's
 passes shared between the threads left over.
@@ -10,19 +10,17 @@ passes shared between the threads left over.
 
 import collections
 import concurrent.futures
-import functools
 import os
 import threading
 
-import numba
 import numpy as np
 import tensorflow as tf
 import tensorflow_quantum as tfq
 from tensorflow_quantum.python.differentiators import differentiator
 
+from qml_ray import kernel
 from qml_ray.config import kept_states
-from qml_ray.gradients import kernel
-from qml_ray.gradients.plan import Circuit, Readouts, UnsupportedGate, plan
+from qml_ray.gradients.plan import UnsupportedGate, plan
 
 __all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads"]
 
@@ -35,21 +33,15 @@ def default_threads() -> int:
     return int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0) or len(os.sched_getaffinity(0))
 
 
-@functools.cache
 def sharing_threads() -> int:
-    """The most numba threads one circuit's passes may share: NUMBA_NUM_THREADS (the CPUs), or 1 where
-    neither of numba's thread-safe layers loads (OpenMP needs libgomp, TBB the tbb package)."""
-    try:
-        numba.set_num_threads(1)  # loads the threading layer
-    except ValueError:
-        return 1
-    return numba.config.NUMBA_NUM_THREADS
+    """The most threads one circuit's passes may share: the CPUs this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
-def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple[Circuit, Readouts]:
+def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> tuple[kernel.Circuit, kernel.Readouts]:
     """A circuit and its readouts as `kernel.circuit_expectations` / `circuit_gradient` take them."""
     circuit = plan(program, names)
-    return circuit.circuit, circuit.readouts(tuple(pauli_sums))
+    return circuit.compiled, circuit.readouts(tuple(pauli_sums))
 
 
 NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes for "simulate the state here"
@@ -167,10 +159,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
         def one(row: int) -> None:
             circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
-            shared = parts if circuit.qubits >= SHARED_FROM_QUBITS else 1
-            if shared > 1:
-                numba.set_num_threads(shared)  # this thread's share of numba's threads
-            run(row, circuit, readouts, shared)
+            run(row, circuit, readouts, parts if circuit.qubits >= SHARED_FROM_QUBITS else 1)
 
         list(self.pool().map(one, range(len(programs))))
 

@@ -22,7 +22,7 @@ import numpy as np
 from tensorflow_quantum.core.proto import pauli_sum_pb2, program_pb2
 from tensorflow_quantum.core.serialize.serializer import EIGEN_GATES_DICT
 
-from qml_ray.gradients import kernel
+from qml_ray import kernel
 
 EIGEN_GATES = {name: gate for gate, name in EIGEN_GATES_DICT.items()}
 SWAP = np.eye(4)[[0, 2, 1, 3]]
@@ -57,8 +57,7 @@ class Factor:
 
 
 class Circuit(NamedTuple):
-    """One circuit's fused blocks and factors, as the kernel takes them (numba reads a NamedTuple as
-    one typed value, so the kernel's signature names one structure, not its arrays)."""
+    """One circuit's fused blocks and factors: the arrays `kernel.Circuit` is made from."""
 
     qubits: int
     block_qubits: np.ndarray  # [blocks, 2] int64: the bits (hi, lo) the block acts on
@@ -82,8 +81,8 @@ class Circuit(NamedTuple):
 
 
 class Readouts(NamedTuple):
-    """A circuit's readouts as the kernel takes them: term t adds coef[t] times a Pauli string to
-    readout op[t]."""
+    """A circuit's readouts, the arrays `kernel.Readouts` is made from: term t adds coef[t] times a Pauli
+    string to readout op[t]."""
 
     op: np.ndarray  # [terms] int64
     coef: np.ndarray  # [terms] float64
@@ -94,13 +93,15 @@ class Readouts(NamedTuple):
 
 @dataclass(frozen=True)
 class Plan:
-    """A circuit as the kernel runs it, and the bit each of its qubits ends on (for its readouts)."""
+    """A circuit's arrays, the kernel's circuit made from them, and the bit each of its qubits ends on (for
+    its readouts)."""
 
     circuit: Circuit
+    compiled: kernel.Circuit
     qubit_index: dict  # serialized qubit id -> its bit at the end of the circuit
 
-    def readouts(self, pauli_sums: tuple) -> Readouts:
-        """The serialized Pauli sums on this circuit's qubits."""
+    def readouts(self, pauli_sums: tuple) -> kernel.Readouts:
+        """The serialized Pauli sums on this circuit's qubits, as the kernel reads them."""
         return _readouts(pauli_sums, tuple(self.qubit_index.items()))
 
 
@@ -127,11 +128,11 @@ def _plan(program: bytes, symbol_names: tuple) -> Plan:
 
 
 @functools.lru_cache(maxsize=8192)
-def _readouts(pauli_sums: tuple, qubit_index: tuple) -> Readouts:
+def _readouts(pauli_sums: tuple, qubit_index: tuple) -> kernel.Readouts:
     terms = [(op, *term) for op, pauli_sum in enumerate(pauli_sums) for term in _terms(pauli_sum, dict(qubit_index))]
     columns = list(zip(*terms)) if terms else [()] * len(Readouts._fields)
     dtypes = (np.int64, np.float64, np.int64, np.int64, np.int64)
-    return Readouts(*(np.array(column, dtype) for column, dtype in zip(columns, dtypes)))
+    return kernel.Readouts(Readouts(*(np.array(column, dtype) for column, dtype in zip(columns, dtypes))))
 
 
 def _terms(pauli_sum: bytes, index: dict) -> list[tuple[float, int, int, int]]:
@@ -489,4 +490,4 @@ def _to_arrays(blocks, start: list[Factor], qubits: int, names: dict, index: dic
         kind_proj=np.array(kind_proj, np.complex128).reshape(-1, 4, 4, 4),
         **_start_arrays(start, first),
     )
-    return Plan(circuit, {q: final[i] for q, i in index.items()})
+    return Plan(circuit, kernel.Circuit(circuit), {q: final[i] for q, i in index.items()})

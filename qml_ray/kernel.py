@@ -1,0 +1,51 @@
+"""The block adjoint method's compiled kernel (the C++ in src/), on the fastest SIMD path this CPU runs.
+
+The kernel is built once per path, each a module of its own, as qsim builds its simulators: avx512, avx2
+and portable on x86-64, portable elsewhere. Importing this module imports the fastest path the CPU (and
+its OS) supports, or the one QML_RAY_KERNEL_PATH names: a lower path, for tests and for node pools of mixed
+CPUs. No TensorFlow here, so a command can check the path before it starts anything.
+"""
+
+import importlib
+import os
+
+from qml_ray import _kernel_portable  # built for any CPU: it tells which paths this one runs
+from qml_ray.errors import UsageError
+
+PATH_VARIABLE = "QML_RAY_KERNEL_PATH"
+PATHS = ("avx512", "avx2", "portable")
+
+
+def chosen_path() -> str:
+    """QML_RAY_KERNEL_PATH if set, else the fastest path this CPU runs; a UsageError for an unknown path or
+    one this CPU cannot run."""
+    supported = _kernel_portable.supported_paths()
+    forced = os.environ.get(PATH_VARIABLE, "").strip()
+    if not forced:
+        return supported[0]
+    if forced not in PATHS:
+        raise UsageError(f"{PATH_VARIABLE}={forced} names no kernel path: use one of {', '.join(PATHS)}")
+    if forced not in supported:
+        raise UsageError(
+            f"{PATH_VARIABLE}={forced}: this CPU cannot run the {forced} kernel (its features: "
+            f"{_kernel_portable.cpu_features()}); it runs {', '.join(supported)}"
+        )
+    return forced
+
+
+_compiled = importlib.import_module(f"qml_ray._kernel_{chosen_path()}")
+
+PATH = _compiled.PATH
+MIN_QUBITS, START_BITS, PARKED_BITS, CHUNK_BITS = (
+    _compiled.MIN_QUBITS,
+    _compiled.START_BITS,
+    _compiled.PARKED_BITS,
+    _compiled.CHUNK_BITS,
+)
+Circuit, Readouts = _compiled.Circuit, _compiled.Readouts
+circuit_expectations, circuit_gradient = _compiled.circuit_expectations, _compiled.circuit_gradient
+apply_block, unapply_with_transition, relabel_bits = (
+    _compiled.apply_block,
+    _compiled.unapply_with_transition,
+    _compiled.relabel_bits,
+)

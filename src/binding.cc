@@ -1,0 +1,172 @@
+// The Python module of one SIMD path (QML_KERNEL_MODULE, QML_KERNEL_PATH set by CMakeLists.txt): circuits and
+// readouts made from the plan's arrays, the passes, and what the dispatch needs. Every pass releases the GIL.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/complex.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "adjoint.h"
+#include "blocks.h"
+#include "dispatch.h"
+#include "relabel.h"
+
+namespace nb = nanobind;
+using namespace qml;
+
+namespace {
+
+template <class T, class... Extra>
+using Array = nb::ndarray<T, nb::c_contig, nb::device::cpu, Extra...>;
+using StateArray = Array<float, nb::shape<2, -1>>;
+using Matrix = Array<cdouble, nb::shape<4, 4>>;
+
+// A field of the plan's NamedTuple as a vector.
+template <class T>
+std::vector<T> field(nb::handle tuple, const char* name) {
+  const auto a = nb::cast<Array<const T>>(tuple.attr(name));
+  return std::vector<T>(a.data(), a.data() + a.size());
+}
+
+Circuit circuit_from(nb::handle t) {
+  Circuit c;
+  c.qubits = nb::cast<int>(t.attr("qubits"));
+  c.tile_bits = nb::cast<int>(t.attr("tile_bits"));
+  c.block_qubits = field<int64_t>(t, "block_qubits");
+  c.relabel = field<int64_t>(t, "relabel");
+  c.bit_maps = field<int64_t>(t, "bit_maps");
+  c.segments = field<int64_t>(t, "segments");
+  c.windows = field<int64_t>(t, "windows");
+  c.block_start = field<int64_t>(t, "block_start");
+  c.kind = field<int64_t>(t, "kind");
+  c.symbol = field<int64_t>(t, "symbol");
+  c.coef = field<double>(t, "coef");
+  c.constant = field<double>(t, "const");
+  c.kind_eig = field<double>(t, "kind_eig");
+  c.kind_proj = field<cdouble>(t, "kind_proj");
+  c.start_amplitudes = field<cdouble>(t, "start_amplitudes");
+  c.start_phase_bits = field<int64_t>(t, "start_phase_bits");
+  c.start_phases = field<cdouble>(t, "start_phases");
+  const std::vector<bool> linked = field<bool>(t, "start_linked");
+  c.start_linked.assign(linked.begin(), linked.end());
+  c.start_table = field<float>(t, "start_table");
+  return c;
+}
+
+Readouts readouts_from(nb::handle t) {
+  return Readouts{field<int64_t>(t, "op"), field<double>(t, "coef"), field<int64_t>(t, "flip"),
+                  field<int64_t>(t, "signs"), field<int64_t>(t, "y_count")};
+}
+
+using NumpyState = nb::ndarray<nb::numpy, float, nb::shape<2, -1>>;
+
+Planes array_planes(StateArray state) {
+  const index_t size = static_cast<index_t>(state.shape(1));
+  return {state.data(), state.data() + size, size};
+}
+
+// A new state of 2^qubits amplitudes, owned by the numpy array it is returned as.
+NumpyState new_state(int qubits) {
+  float* data = allocate_state(qubits, false).release();
+  nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
+  return {data, {2, size_t(1) << qubits}, owner};
+}
+
+nb::ndarray<nb::numpy, cdouble, nb::shape<4, 4>> to_numpy(const Mat4& m) {
+  auto* data = new cdouble[16];
+  std::memcpy(static_cast<void*>(data), m.data(), sizeof(Mat4));
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<cdouble*>(p); });
+  return {data, {4, 4}, owner};
+}
+
+Mat4 from_numpy(Matrix u) {
+  Mat4 m;
+  std::memcpy(static_cast<void*>(m.data()), u.data(), sizeof(Mat4));
+  return m;
+}
+
+// The circuit's state at `values`; out[k] += the expectation of readout k. Returns the state.
+NumpyState circuit_expectations(const Circuit& c, Array<const double> values, const Readouts& readouts,
+                                Array<double> out, int parts) {
+  NumpyState psi = new_state(c.qubits);
+  const Planes planes = planes_of(psi.data(), c.qubits);
+  {
+    nb::gil_scoped_release released;
+    simulate(planes, c, values.data(), parts);
+    add_expectations(planes, readouts, out.data());
+  }
+  return psi;
+}
+
+// grad[s] += d/d values[s] of sum_k upstream[k] <O_k>. `psi`: the circuit's state at `values` as
+// circuit_expectations returns it, consumed; or an array of no amplitudes, to simulate it here.
+void circuit_gradient(const Circuit& c, Array<const double> values, const Readouts& readouts,
+                      Array<const double> upstream, Array<double> grad, int parts, StateArray psi) {
+  nb::gil_scoped_release released;
+  StateBuffer simulated(nullptr, &std::free);
+  Planes planes = array_planes(psi);
+  if (planes.size == 0) {
+    simulated = allocate_state(c.qubits, false);
+    planes = planes_of(simulated.get(), c.qubits);
+    simulate(planes, c, values.data(), parts);
+  }
+  sweep_gradient(planes, c, values.data(), readouts, upstream.data(), grad.data(), parts);
+}
+
+}  // namespace
+
+NB_MODULE(QML_KERNEL_MODULE, m) {
+  m.doc() = "The block adjoint method's compiled kernel, built for the " QML_KERNEL_PATH " path.";
+  m.attr("PATH") = QML_KERNEL_PATH;
+  m.attr("MIN_QUBITS") = kMinQubits;
+  m.attr("START_BITS") = kStartBits;
+  m.attr("PARKED_BITS") = kParkedBits;
+  m.attr("CHUNK_BITS") = kChunkBits;
+
+  nb::class_<Circuit>(m, "Circuit", "A plan.Circuit's arrays, as the kernel runs them.")
+      .def("__init__", [](Circuit* self, nb::handle plan) { new (self) Circuit(circuit_from(plan)); })
+      .def_ro("qubits", &Circuit::qubits);
+  nb::class_<Readouts>(m, "Readouts", "A plan.Readouts' arrays, as the kernel reads them.")
+      .def("__init__", [](Readouts* self, nb::handle plan) { new (self) Readouts(readouts_from(plan)); });
+
+  m.def("supported_paths", &supported_paths, "The paths this CPU can run, fastest first.");
+  m.def("cpu_features", &cpu_features, "The SIMD features of this CPU that the paths need.");
+  m.def("circuit_expectations", &circuit_expectations, nb::arg("circuit"), nb::arg("values"), nb::arg("readouts"),
+        nb::arg("out").noconvert(), nb::arg("parts"), "The circuit's state; out[k] += <O_k>.");
+  m.def("circuit_gradient", &circuit_gradient, nb::arg("circuit"), nb::arg("values"), nb::arg("readouts"),
+        nb::arg("upstream"), nb::arg("grad").noconvert(), nb::arg("parts"), nb::arg("psi").noconvert(),
+        "grad[s] += d/d values[s] of sum_k upstream[k] <O_k>, from the state `psi` (consumed) or simulated.");
+  m.def(
+      "apply_block",
+      [](StateArray state, Matrix u, int hi, int lo, int parts) {
+        const Mat4 matrix = from_numpy(u);
+        nb::gil_scoped_release released;
+        apply_block(array_planes(state), matrix, hi, lo, parts);
+      },
+      nb::arg("state").noconvert(), nb::arg("u"), nb::arg("hi"), nb::arg("lo"), nb::arg("parts"),
+      "state <- (u on bits hi, lo) state.");
+  m.def(
+      "unapply_with_transition",
+      [](StateArray psi, StateArray lam, Matrix u, int hi, int lo, int parts) {
+        const Mat4 matrix = from_numpy(u);
+        Mat4 out;
+        {
+          nb::gil_scoped_release released;
+          out = unapply_with_transition(array_planes(psi), array_planes(lam), matrix, hi, lo, parts);
+        }
+        return to_numpy(out);
+      },
+      nb::arg("psi").noconvert(), nb::arg("lam").noconvert(), nb::arg("u"), nb::arg("hi"), nb::arg("lo"),
+      nb::arg("parts"), "psi, lam <- u^dagger psi, u^dagger lam; returns their transition matrix.");
+  m.def(
+      "relabel_bits",
+      [](StateArray state, Array<const int64_t> bit_map, int parts) {
+        nb::gil_scoped_release released;
+        relabel_bits(array_planes(state), bit_map.data(), static_cast<int>(bit_map.size()), parts);
+      },
+      nb::arg("state").noconvert(), nb::arg("bit_map"), nb::arg("parts"),
+      "In place: bit q of every amplitude's index moves to bit bit_map[q] (swaps of low and high bits).");
+}

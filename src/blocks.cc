@@ -1,0 +1,281 @@
+#include "blocks.h"
+
+#include <algorithm>
+
+namespace qml {
+namespace {
+
+// The first amplitude index of group `group` of a block on (hi, lo): the group's number with zero bits put
+// in at hi and lo. The group's four amplitudes are that index plus 0, 2^lo, 2^hi and 2^hi + 2^lo.
+inline index_t first_index(index_t group, int hi, int lo) {
+  const int small = std::min(hi, lo), big = std::max(hi, lo);
+  index_t i = ((group >> small) << (small + 1)) | (group & ((index_t(1) << small) - 1));
+  return ((i >> big) << (big + 1)) | (i & ((index_t(1) << big) - 1));
+}
+
+// Row r of the matrix (mr, mi) times the amplitudes x = (re0, im0, ..., re3, im3).
+#define QML_ROW(r, yr, yi)                                                                                    \
+  const float yr = mr[4 * r] * x0 - mi[4 * r] * x1 + mr[4 * r + 1] * x2 - mi[4 * r + 1] * x3 +               \
+                   mr[4 * r + 2] * x4 - mi[4 * r + 2] * x5 + mr[4 * r + 3] * x6 - mi[4 * r + 3] * x7;         \
+  const float yi = mr[4 * r] * x1 + mi[4 * r] * x0 + mr[4 * r + 1] * x3 + mi[4 * r + 1] * x2 +               \
+                   mr[4 * r + 2] * x5 + mi[4 * r + 2] * x4 + mr[4 * r + 3] * x7 + mi[4 * r + 3] * x6;
+
+// The matrix applied to `length` consecutive groups of a block whose runs are at least that long: the four
+// runs (bits hi, lo) = 00, 01, 10, 11 from `i`, as real and imaginary views.
+template <int length>
+inline void mix_chunk(float* __restrict r0, float* __restrict i0, float* __restrict r1, float* __restrict i1,
+                      float* __restrict r2, float* __restrict i2, float* __restrict r3, float* __restrict i3,
+                      const float* __restrict mr, const float* __restrict mi) {
+#pragma omp simd
+  for (int j = 0; j < length; ++j) {
+    const float x0 = r0[j], x1 = i0[j], x2 = r1[j], x3 = i1[j], x4 = r2[j], x5 = i2[j], x6 = r3[j], x7 = i3[j];
+    QML_ROW(0, y0, z0)
+    QML_ROW(1, y1, z1)
+    QML_ROW(2, y2, z2)
+    QML_ROW(3, y3, z3)
+    r0[j] = y0, i0[j] = z0, r1[j] = y1, i1[j] = z1, r2[j] = y2, i2[j] = z2, r3[j] = y3, i3[j] = z3;
+  }
+}
+
+// A chunk's eight views: re, im of the runs 00, 01, 10, 11 of a block from amplitude i.
+struct Views {
+  float* v[8];
+  Views(Planes s, index_t i, index_t d_lo, index_t d_hi) {
+    const index_t at[4] = {i, i + d_lo, i + d_hi, i + d_hi + d_lo};
+    for (int k = 0; k < 4; ++k) v[2 * k] = s.re + at[k], v[2 * k + 1] = s.im + at[k];
+  }
+};
+
+template <int length>
+inline void mix_views(const Views& w, const Scalars& m) {
+  mix_chunk<length>(w.v[0], w.v[1], w.v[2], w.v[3], w.v[4], w.v[5], w.v[6], w.v[7], m.r, m.i);
+}
+
+// total[r] += sum_j p_r[j] conj(q_c[j]) for c = 0..3, summed over the chunk in float32.
+template <int length>
+inline void add_transition(Totals& total, const Views& p, const Views& q) {
+  const float* __restrict q0 = q.v[0];
+  const float* __restrict q1 = q.v[1];
+  const float* __restrict q2 = q.v[2];
+  const float* __restrict q3 = q.v[3];
+  const float* __restrict q4 = q.v[4];
+  const float* __restrict q5 = q.v[5];
+  const float* __restrict q6 = q.v[6];
+  const float* __restrict q7 = q.v[7];
+  for (int r = 0; r < 4; ++r) {
+    const float* __restrict pr = p.v[2 * r];
+    const float* __restrict pi = p.v[2 * r + 1];
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
+    for (int j = 0; j < length; ++j) {
+      const float a = pr[j], b = pi[j];
+      s0 += a * q0[j] + b * q1[j];
+      s1 += b * q0[j] - a * q1[j];
+      s2 += a * q2[j] + b * q3[j];
+      s3 += b * q2[j] - a * q3[j];
+      s4 += a * q4[j] + b * q5[j];
+      s5 += b * q4[j] - a * q5[j];
+      s6 += a * q6[j] + b * q7[j];
+      s7 += b * q6[j] - a * q7[j];
+    }
+    const float s[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+    for (int k = 0; k < 8; ++k) total[r][k] += s[k];
+  }
+}
+
+// Groups first..last of a block whose lower bit is at least log2(length), `length` at a time (consecutive
+// groups of a run are consecutive amplitudes); `length` fixed when compiled, so each chunk vectorises whole.
+template <int length>
+void apply_chunks(Planes s, const Scalars& m, int hi, int lo, index_t first, index_t last) {
+  const index_t d_lo = index_t(1) << lo, d_hi = index_t(1) << hi;
+  for (index_t group = first; group < last; group += length)
+    mix_views<length>(Views(s, first_index(group, hi, lo), d_lo, d_hi), m);
+}
+
+template <int length>
+void unapply_chunks(Planes psi, Planes lam, const Scalars& m, int hi, int lo, Totals& total, index_t first,
+                    index_t last) {
+  const index_t d_lo = index_t(1) << lo, d_hi = index_t(1) << hi;
+  for (index_t group = first; group < last; group += length) {
+    const index_t i = first_index(group, hi, lo);
+    const Views p(psi, i, d_lo, d_hi), q(lam, i, d_lo, d_hi);
+    mix_views<length>(p, m);
+    mix_views<length>(q, m);
+    add_transition<length>(total, p, q);
+  }
+}
+
+// The matrix on one group of four scattered amplitudes; returns them after, as (re, im) pairs.
+inline void mix_group(Planes s, const index_t at[4], const Scalars& m, float y[8]) {
+  const float* mr = m.r;
+  const float* mi = m.i;
+  const float x0 = s.re[at[0]], x1 = s.im[at[0]], x2 = s.re[at[1]], x3 = s.im[at[1]];
+  const float x4 = s.re[at[2]], x5 = s.im[at[2]], x6 = s.re[at[3]], x7 = s.im[at[3]];
+  QML_ROW(0, y0, z0)
+  QML_ROW(1, y1, z1)
+  QML_ROW(2, y2, z2)
+  QML_ROW(3, y3, z3)
+  const float out[8] = {y0, z0, y1, z1, y2, z2, y3, z3};
+  for (int k = 0; k < 4; ++k) {
+    s.re[at[k]] = y[2 * k] = out[2 * k];
+    s.im[at[k]] = y[2 * k + 1] = out[2 * k + 1];
+  }
+}
+
+inline void group_at(index_t group, int hi, int lo, index_t at[4]) {
+  at[0] = first_index(group, hi, lo);
+  at[1] = at[0] + (index_t(1) << lo);
+  at[2] = at[0] + (index_t(1) << hi);
+  at[3] = at[2] + (index_t(1) << lo);
+}
+
+// Groups first..last of a block on low bits, each gathered from four scattered amplitudes.
+void apply_groups(Planes s, const Scalars& m, int hi, int lo, index_t first, index_t last) {
+  index_t at[4];
+  float y[8];
+  for (index_t group = first; group < last; ++group) {
+    group_at(group, hi, lo, at);
+    mix_group(s, at, m, y);
+  }
+}
+
+void unapply_groups(Planes psi, Planes lam, const Scalars& m, int hi, int lo, Totals& total, index_t first,
+                    index_t last) {
+  Totals acc{};
+  index_t at[4];
+  float p[8], q[8];
+  for (index_t group = first; group < last; ++group) {
+    group_at(group, hi, lo, at);
+    mix_group(psi, at, m, p);
+    mix_group(lam, at, m, q);
+    for (int r = 0; r < 4; ++r) {
+      const double a = p[2 * r], b = p[2 * r + 1];
+      for (int c = 0; c < 4; ++c) {
+        acc[r][2 * c] += a * q[2 * c] + b * q[2 * c + 1];
+        acc[r][2 * c + 1] += b * q[2 * c] - a * q[2 * c + 1];
+      }
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int k = 0; k < 8; ++k) total[r][k] += acc[r][k];
+}
+
+// The matrix on bits hi, lo over groups first..last, in chunks as long as the block's runs allow.
+void apply_range(Planes s, const Scalars& m, int hi, int lo, index_t first, index_t last) {
+  switch (std::min(std::min(hi, lo), kChunkBits)) {
+    case kChunkBits: return apply_chunks<256>(s, m, hi, lo, first, last);
+    case 7: return apply_chunks<128>(s, m, hi, lo, first, last);
+    case 6: return apply_chunks<64>(s, m, hi, lo, first, last);
+    case 5: return apply_chunks<32>(s, m, hi, lo, first, last);
+    case 4: return apply_chunks<16>(s, m, hi, lo, first, last);
+    default: return apply_groups(s, m, hi, lo, first, last);
+  }
+}
+
+// apply_range on both states, adding their transition sums to `total`.
+void unapply_range(Planes psi, Planes lam, const Scalars& m, int hi, int lo, Totals& total, index_t first,
+                   index_t last) {
+  switch (std::min(std::min(hi, lo), kChunkBits)) {
+    case kChunkBits: return unapply_chunks<256>(psi, lam, m, hi, lo, total, first, last);
+    case 7: return unapply_chunks<128>(psi, lam, m, hi, lo, total, first, last);
+    case 6: return unapply_chunks<64>(psi, lam, m, hi, lo, total, first, last);
+    case 5: return unapply_chunks<32>(psi, lam, m, hi, lo, total, first, last);
+    case 4: return unapply_chunks<16>(psi, lam, m, hi, lo, total, first, last);
+    default: return unapply_groups(psi, lam, m, hi, lo, total, first, last);
+  }
+}
+
+Totals sum(const std::vector<Totals>& parts) {
+  Totals out{};
+  for (const Totals& t : parts)
+    for (int r = 0; r < 4; ++r)
+      for (int k = 0; k < 8; ++k) out[r][k] += t[r][k];
+  return out;
+}
+
+// A segment's tile as block (hi, lo)'s groups. The tile fixes the state's bits window..window + fixed
+// (fixed = qubits - tile_bits); with bits hi and lo taken out of an amplitude's index they are its group's
+// bits p..p + fixed, so the tile is `count` runs of 2^p consecutive groups, run r from offset + r * step.
+struct TileRuns {
+  index_t offset, step, count, length;
+  TileRuns(const Circuit& c, int window, int hi, int lo, index_t tile) {
+    const int fixed = c.qubits - c.tile_bits, p = window - (hi < window) - (lo < window);
+    offset = tile << p;
+    step = index_t(1) << (p + fixed);
+    count = index_t(1) << (c.qubits - 2 - p - fixed);
+    length = index_t(1) << p;
+  }
+};
+
+index_t tile_count(const Circuit& c) { return index_t(1) << (c.qubits - c.tile_bits); }
+
+}  // namespace
+
+void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts) {
+  const Scalars m = scalars(u);
+  const index_t groups = state.size >> 2;
+  in_parts(parts, [&](int part) {
+    apply_range(state, m, hi, lo, share(part, parts, groups, kChunkBits), share(part + 1, parts, groups, kChunkBits));
+  });
+}
+
+Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts) {
+  const Mat4 ud = dagger(u);
+  const Scalars m = scalars(ud);
+  const index_t groups = psi.size >> 2;
+  std::vector<Totals> totals(parts, Totals{});
+  in_parts(parts, [&](int part) {
+    unapply_range(psi, lam, m, hi, lo, totals[part], share(part, parts, groups, kChunkBits),
+                  share(part + 1, parts, groups, kChunkBits));
+  });
+  return transition(sum(totals), ud);  // summed against lam after the step, lam_after = u^dagger lam_before
+}
+
+void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts) {
+  const int b = static_cast<int>(c.segments[s]), e = static_cast<int>(c.segments[s + 1]);
+  const int window = static_cast<int>(c.windows[s]);
+  if (e - b == 1) return apply_block(state, blocks[b], c.hi(b), c.lo(b), parts);
+  std::vector<Scalars> m;
+  for (int k = b; k < e; ++k) m.push_back(scalars(blocks[k]));
+  const index_t tiles = tile_count(c);
+  in_parts(parts, [&](int part) {
+    for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile)
+      for (int k = b; k < e; ++k) {
+        const TileRuns runs(c, window, c.hi(k), c.lo(k), tile);
+        for (index_t run = runs.offset; run < runs.offset + runs.count * runs.step; run += runs.step)
+          apply_range(state, m[k - b], c.hi(k), c.lo(k), run, run + runs.length);
+      }
+  });
+}
+
+std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, const std::vector<Mat4>& blocks,
+                                  const std::vector<bool>& symbolic, int b, int e, int window, int parts) {
+  std::vector<Mat4> daggers;
+  std::vector<Scalars> m;
+  for (int k = b; k < e; ++k) {
+    daggers.push_back(dagger(blocks[k]));
+    m.push_back(scalars(daggers.back()));
+  }
+  const index_t tiles = tile_count(c);
+  std::vector<std::vector<Totals>> totals(e - b, std::vector<Totals>(parts, Totals{}));  // [block][part]
+  in_parts(parts, [&](int part) {
+    for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile)
+      for (int k = e - 1; k >= b; --k) {
+        const int hi = c.hi(k), lo = c.lo(k);
+        const TileRuns runs(c, window, hi, lo, tile);
+        for (index_t run = runs.offset; run < runs.offset + runs.count * runs.step; run += runs.step) {
+          if (symbolic[k]) {
+            unapply_range(psi, lam, m[k - b], hi, lo, totals[k - b][part], run, run + runs.length);
+          } else {
+            apply_range(psi, m[k - b], hi, lo, run, run + runs.length);
+            apply_range(lam, m[k - b], hi, lo, run, run + runs.length);
+          }
+        }
+      }
+  });
+  std::vector<Mat4> out(e - b);
+  for (int k = 0; k < e - b; ++k) out[k] = transition(sum(totals[k]), daggers[k]);
+  return out;
+}
+
+}  // namespace qml

@@ -1,0 +1,31 @@
+// Blocks and segments: a block's 4x4 unitary applied to a state in one pass over it, or un-applied from
+// the state and co-state of the backward sweep together with its transition matrix; a segment of
+// consecutive blocks applied tile by tile (all its blocks to one tile while it is in cache, then the next).
+#pragma once
+
+#include <vector>
+
+#include "circuit.h"
+#include "matrix.h"
+#include "state.h"
+
+namespace qml {
+
+constexpr int kChunkBits = 8;  // runs are taken in chunks of at most 2^8 amplitudes
+
+// state <- (u on bits hi, lo) state.
+void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts);
+
+// psi <- u^dagger psi, lam <- u^dagger lam in one pass; returns M[r, c] = sum over the other bits of
+// psi_r conj(lam_c), with lam before the step.
+Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts);
+
+// state <- segment s's blocks applied in order: one block in one pass, several tile by tile.
+void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts);
+
+// Blocks e-1..b of a segment (`window` its window) un-applied from both states tile by tile; each block's
+// transition matrix (as unapply_with_transition's) where it has a symbol, zeros elsewhere.
+std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, const std::vector<Mat4>& blocks,
+                                  const std::vector<bool>& symbolic, int b, int e, int window, int parts);
+
+}  // namespace qml

@@ -1,0 +1,84 @@
+#include "state.h"
+
+#include <vector>
+
+#include "circuit.h"
+
+namespace qml {
+namespace {
+
+// What the start gives the chunk at `base` (its bits above `low` fixed): one constant for all its
+// amplitudes, and for each linked bit below `low` the two values its setting contributes (its qubit's
+// amplitudes times the diagonal factors linking it to a bit above).
+struct ChunkFactors {
+  cdouble scale = 1.0;
+  std::vector<cdouble> per_bit;  // [low, 2]
+};
+
+ChunkFactors chunk_factors(const Circuit& c, index_t base, int low) {
+  ChunkFactors out;
+  out.per_bit.assign(c.start_amplitudes.begin(), c.start_amplitudes.begin() + 2 * low);
+  for (int b = low; b < c.qubits; ++b) out.scale *= c.start_amplitudes[2 * b + ((base >> b) & 1)];
+  const size_t phases = c.start_phases.size() / 4;
+  for (size_t g = 0; g < phases; ++g) {
+    const int hi = static_cast<int>(c.start_phase_bits[2 * g]), lo = static_cast<int>(c.start_phase_bits[2 * g + 1]);
+    const cdouble* phase = &c.start_phases[4 * g];
+    const int x_hi = (base >> hi) & 1, x_lo = (base >> lo) & 1;
+    if (hi >= low && lo >= low) {
+      out.scale *= phase[2 * x_hi + x_lo];
+    } else if (hi >= low) {
+      out.per_bit[2 * lo] *= phase[2 * x_hi];
+      out.per_bit[2 * lo + 1] *= phase[2 * x_hi + 1];
+    } else if (lo >= low) {
+      out.per_bit[2 * hi] *= phase[x_lo];
+      out.per_bit[2 * hi + 1] *= phase[2 + x_lo];
+    }
+  }
+  return out;
+}
+
+// Amplitude j of the chunk times values[bit b of j], blended arithmetically so it vectorises.
+void scale_by_bit(float* __restrict re, float* __restrict im, index_t width, int b, const cdouble* values) {
+  const float r0 = static_cast<float>(values[0].real()), i0 = static_cast<float>(values[0].imag());
+  const float dr = static_cast<float>(values[1].real()) - r0, di = static_cast<float>(values[1].imag()) - i0;
+#pragma omp simd
+  for (index_t j = 0; j < width; ++j) {
+    const float k = static_cast<float>((j >> b) & 1);
+    const float fr = r0 + k * dr, fi = i0 + k * di, x = re[j], y = im[j];
+    re[j] = fr * x - fi * y;
+    im[j] = fr * y + fi * x;
+  }
+}
+
+// Chunks first..last: the chunk's constant times the table every chunk shares, times its linked bits' values.
+void start_range(Planes psi, const Circuit& c, index_t first, index_t last) {
+  const int low = static_cast<int>(c.start_linked.size());
+  const index_t width = index_t(1) << low;
+  const float* table_re = c.start_table.data();
+  const float* table_im = table_re + width;
+  for (index_t chunk = first; chunk < last; ++chunk) {
+    const index_t base = chunk * width;
+    const ChunkFactors factors = chunk_factors(c, base, low);
+    float* __restrict re = psi.re + base;
+    float* __restrict im = psi.im + base;
+    const float sr = static_cast<float>(factors.scale.real()), si = static_cast<float>(factors.scale.imag());
+#pragma omp simd
+    for (index_t j = 0; j < width; ++j) {
+      re[j] = sr * table_re[j] - si * table_im[j];
+      im[j] = sr * table_im[j] + si * table_re[j];
+    }
+    for (int b = 0; b < low; ++b)
+      if (c.start_linked[b]) scale_by_bit(re, im, width, b, &factors.per_bit[2 * b]);
+  }
+}
+
+}  // namespace
+
+void write_start(Planes psi, const Circuit& c, int parts) {
+  const index_t chunks = psi.size >> c.start_linked.size();
+  in_parts(parts, [&](int part) {
+    start_range(psi, c, chunks * part / parts, chunks * (part + 1) / parts);
+  });
+}
+
+}  // namespace qml

@@ -1,0 +1,64 @@
+// A state of n qubits: 2^n complex64 amplitudes held as two float32 planes (real, imaginary), so loops
+// over contiguous runs vectorise; qubit q is bit q of an amplitude's index. Passes over a state can be
+// cut into `parts` that OpenMP threads run side by side.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+namespace qml {
+
+struct Circuit;
+
+using index_t = int64_t;
+
+constexpr int kMinQubits = 5;   // states are padded to this many qubits (a whole number of group steps)
+constexpr int kStartBits = 10;  // the start state is written in chunks of 2^10 amplitudes
+
+struct Planes {
+  float* re;
+  float* im;
+  index_t size;  // amplitudes per plane
+};
+
+// Both planes of 2^qubits amplitudes in one 64-byte aligned buffer, zeros if `zeroed`.
+using StateBuffer = std::unique_ptr<float, decltype(&std::free)>;
+inline StateBuffer allocate_state(int qubits, bool zeroed) {
+  const size_t bytes = (size_t(2) << qubits) * sizeof(float);
+  StateBuffer buffer(static_cast<float*>(std::aligned_alloc(64, bytes)), &std::free);
+  if (!buffer) throw std::bad_alloc();
+  if (zeroed) std::memset(buffer.get(), 0, bytes);
+  return buffer;
+}
+
+inline Planes planes_of(float* data, int qubits) {
+  const index_t size = index_t(1) << qubits;
+  return {data, data + size, size};
+}
+
+// Where part `part` of `parts` starts among `count` items, cut at multiples of 2^unit_bits.
+inline index_t share(int part, int parts, index_t count, int unit_bits) {
+  return part == parts ? count : ((count >> unit_bits) * part / parts) << unit_bits;
+}
+
+// body(part) for each of `parts` parts, side by side on OpenMP threads (inline when parts is 1).
+template <class Body>
+void in_parts(int parts, Body&& body) {
+  if (parts <= 1) {
+    body(0);
+    return;
+  }
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+  for (int part = 0; part < parts; ++part) body(part);
+}
+
+inline int parity(uint64_t x) { return __builtin_parityll(x); }
+
+// psi <- the state after the circuit's start from |0...0>: its qubits' product state times its diagonal
+// factors, written in one pass in chunks of 2^kStartBits amplitudes.
+void write_start(Planes psi, const Circuit& circuit, int parts);
+
+}  // namespace qml
