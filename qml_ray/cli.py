@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 
@@ -142,9 +143,11 @@ def fail(error: Exception, status: int) -> None:
 
 def run(main, argv=None) -> None:
     """Run a command's main: a UsageError ends it with one line on stderr and exit status 2, an
-    EnvironmentProblem with one line and 1, SIGINT or SIGTERM with one line and 130 or 143."""
+    EnvironmentProblem with one line and 1, SIGINT or SIGTERM with one line and 130 or 143. The kernel's
+    path is chosen first, so a forced one this CPU cannot run ends the command before it starts anything."""
     interrupts.install()
     try:
+        importlib.import_module("qml_ray.kernel")
         main(argv)
     except UsageError as err:
         fail(err, USAGE_STATUS)

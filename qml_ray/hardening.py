@@ -14,7 +14,7 @@ INSTANCE = "app.kubernetes.io/instance"  # label of a Ray cluster's pods (and it
 OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}  # the KubeRay operator's pod (its Helm chart's label)
 DASHBOARD_PORT = 8265
 # Where the pods write, each an empty folder of the pod's own: /tmp (Ray's sessions in /tmp/ray,
-# temporary files), ~/.cache (numba's compiled kernels), ~/.config (matplotlib's, imported by cirq).
+# temporary files), ~/.cache (libraries' caches), ~/.config (matplotlib's, imported by cirq).
 WRITABLE = {"tmp": "/tmp", "cache": "/home/ray/.cache", "config": "/home/ray/.config"}
 API_TOKEN = "kube-api-access"
 API_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # where Kubernetes clients look for it

@@ -14,12 +14,18 @@ from qml_ray.errors import UsageError
 
 PATH_VARIABLE = "QML_RAY_KERNEL_PATH"
 PATHS = ("avx512", "avx2", "portable")
+supported_paths, cpu_features = _kernel_portable.supported_paths, _kernel_portable.cpu_features
+
+
+def compiled(path: str):
+    """The kernel's module built for `path`."""
+    return importlib.import_module(f"qml_ray._kernel_{path}")
 
 
 def chosen_path() -> str:
     """QML_RAY_KERNEL_PATH if set, else the fastest path this CPU runs; a UsageError for an unknown path or
     one this CPU cannot run."""
-    supported = _kernel_portable.supported_paths()
+    supported = supported_paths()
     forced = os.environ.get(PATH_VARIABLE, "").strip()
     if not forced:
         return supported[0]
@@ -28,12 +34,12 @@ def chosen_path() -> str:
     if forced not in supported:
         raise UsageError(
             f"{PATH_VARIABLE}={forced}: this CPU cannot run the {forced} kernel (its features: "
-            f"{_kernel_portable.cpu_features()}); it runs {', '.join(supported)}"
+            f"{cpu_features()}); it runs {', '.join(supported)}"
         )
     return forced
 
 
-_compiled = importlib.import_module(f"qml_ray._kernel_{chosen_path()}")
+_compiled = compiled(chosen_path())
 
 PATH = _compiled.PATH
 MIN_QUBITS, START_BITS, PARKED_BITS, CHUNK_BITS = (

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from qml_ray import kernel
 from qml_ray.bench import peers
 from qml_ray.bench.report import RESULT_FIELDS
 
@@ -38,6 +39,7 @@ def test_circuits_times_forward_and_gradient(tmp_path):
     done = run_command("bench", "circuits", "--qubits", "4,6", "--circuits", 2, "--out", tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp_path / "circuits.json").read_text())
+    assert doc["kernel_path"] == kernel.PATH and f"block kernel: the {kernel.PATH} path" in done.stdout
     assert [p["qubits"] for p in doc["probes"]] == [4, 6]
     for probe in doc["probes"]:
         for name in ("tfq", "block"):

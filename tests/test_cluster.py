@@ -210,6 +210,10 @@ def test_image_and_project_use_the_same_ray_and_python():
     assert f"FROM rayproject/ray:{ray.__version__}-py311-cpu" in dockerfile
     assert f"WORKDIR {cluster.IMAGE_HOME}" in dockerfile and "COPY --chown=ray:users configs ./configs" in dockerfile
     assert dockerfile.rstrip().endswith("\nUSER 1000:100")  # the pods' runAsUser and runAsGroup
+    builder, image = dockerfile.split("\nFROM ")[-2:]  # the kernel compiled in a builder stage, no compiler after
+    assert "install -y --no-install-recommends g++" in builder and "pip wheel" in builder
+    assert image.startswith(f"rayproject/ray:{ray.__version__}-py311-cpu\n") and "--from=builder" in image
+    assert "g++" not in image.replace("command -v g++", "")
     ignored = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if not line.startswith("#")]
     assert ignored[0] == "*" and all(line.startswith(("!", "**/")) for line in ignored[1:])  # an allow-list
     assert f'"ray[train,data,default]=={ray.__version__}"' in (ROOT / "pyproject.toml").read_text()

@@ -192,10 +192,25 @@ def ladder_batch(qubits: int, circuits: int, seed: int) -> tuple:
     return iswap_batch(qubits, itertools.pairwise(range(qubits)), circuits, seed)
 
 
-def plan_of(circuits, symbols, readouts) -> tuple:
-    """The first circuit's plan, and its readouts as the kernel takes them."""
-    planned = plan(tfq.convert_to_tensor(circuits[:1]).numpy()[0], tuple(str(s) for s in symbols))
-    return planned, planned.readouts(tuple(tfq.convert_to_tensor(readouts[:1]).numpy()[0]))
+def plan_of(circuits, symbols, readouts, row: int = 0) -> tuple:
+    """A circuit's plan, and its readouts' arrays."""
+    planned = plan(tfq.convert_to_tensor(circuits[row : row + 1]).numpy()[0], tuple(str(s) for s in symbols))
+    return planned, planned.readout_arrays(tuple(tfq.convert_to_tensor(readouts[row : row + 1]).numpy()[0]))
+
+
+@pytest.fixture(params=kernel.supported_paths())
+def path_kernel(request):
+    """The kernel's module of each SIMD path this CPU runs."""
+    return kernel.compiled(request.param)
+
+
+def kernel_forward_and_gradient(compiled, planned, readouts, values, upstream, parts: int) -> tuple:
+    """A circuit's expectations and gradient straight from a kernel module, `parts` parts per pass."""
+    circuit, kernel_readouts = compiled.Circuit(planned.circuit), compiled.Readouts(readouts)
+    out, grad = np.zeros(len(upstream)), np.zeros(len(values))
+    state = compiled.circuit_expectations(circuit, values, kernel_readouts, out, parts)
+    compiled.circuit_gradient(circuit, values, kernel_readouts, upstream, grad, parts, state)
+    return out, grad
 
 
 def brickwork_batch(qubits: int, active: int, layers: int, circuits: int, seed: int) -> tuple:
@@ -270,20 +285,15 @@ def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
 
 
 @pytest.mark.parametrize("parts", [2, 3])
-def test_segments_cut_between_threads_agree_with_one_thread(tiles_of_10_bits, parts):
+def test_segments_cut_between_threads_agree_with_one_thread(tiles_of_10_bits, path_kernel, parts):
     """One 16-qubit circuit in tiles of 2^10 amplitudes, its segments' tiles shared between `parts` of the
-    kernel's threads: the expectations and gradient equal one thread's within 1e-6."""
+    kernel's threads: the expectations and gradient equal one thread's within 1e-6, on every path."""
     circuits, symbols, values, readouts, upstream = ladder_batch(16, 1, seed=16)
-    planned, kernel_readouts = plan_of(circuits, symbols, readouts)
+    planned, arrays = plan_of(circuits, symbols, readouts)
     assert np.diff(planned.circuit.segments).max() >= 3
-
-    def forward_and_gradient_on(parts: int) -> tuple:
-        out, grad = np.zeros(len(readouts[0])), np.zeros(len(symbols))
-        state = kernel.circuit_expectations(planned.compiled, values[0], kernel_readouts, out, parts)
-        kernel.circuit_gradient(planned.compiled, values[0], kernel_readouts, upstream[0], grad, parts, state)
-        return out, grad
-
-    one, shared = forward_and_gradient_on(1), forward_and_gradient_on(parts)
+    one, shared = (
+        kernel_forward_and_gradient(path_kernel, planned, arrays, values[0], upstream[0], n) for n in (1, parts)
+    )
     assert np.abs(one[1]).max() > 0.01  # a real gradient
     np.testing.assert_allclose(shared[0], one[0], atol=1e-6)
     np.testing.assert_allclose(shared[1], one[1], atol=1e-6)
@@ -353,24 +363,24 @@ def on_bits(u: np.ndarray, state: np.ndarray, hi: int, lo: int, qubits: int) -> 
 
 @pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("lo", range(12))
-def test_a_block_on_every_bit_pair(lo, parts):
+def test_a_block_on_every_bit_pair(path_kernel, lo, parts):
     """Every pass of a block (each chunk length, and the bits below the chunks) against numpy in
-    double precision: the forward, and the backward's un-applied states and transition matrix; whole,
-    and cut into 3 parts run on the kernel's threads."""
+    double precision, on every path: the forward, and the backward's un-applied states and transition
+    matrix; whole, and cut into 3 parts run on the kernel's threads."""
     qubits, rng = 12, np.random.default_rng(lo)
     u = np.linalg.qr(rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4)))[0]
     for hi in set(range(qubits)) - {lo}:
         psi, lam = random_state(rng, qubits), random_state(rng, qubits)
         expected_psi = on_bits(u, psi, hi, lo, qubits)
         applied = psi.copy()
-        kernel.apply_block(applied, u, hi, lo, parts)
+        path_kernel.apply_block(applied, u, hi, lo, parts)
         np.testing.assert_allclose(as_tensor(applied, qubits), expected_psi, atol=1e-5)
 
         ud = u.conj().T
         back_psi, back_lam = on_bits(ud, psi, hi, lo, qubits), on_bits(ud, lam, hi, lo, qubits)
         rows = np.moveaxis(back_psi, [qubits - 1 - hi, qubits - 1 - lo], [0, 1]).reshape(4, -1)
         columns = np.moveaxis(as_tensor(lam, qubits), [qubits - 1 - hi, qubits - 1 - lo], [0, 1]).reshape(4, -1)
-        transition = kernel.unapply_with_transition(psi, lam, u, hi, lo, parts)
+        transition = path_kernel.unapply_with_transition(psi, lam, u, hi, lo, parts)
         np.testing.assert_allclose(as_tensor(psi, qubits), back_psi, atol=1e-5)
         np.testing.assert_allclose(as_tensor(lam, qubits), back_lam, atol=1e-5)
         np.testing.assert_allclose(transition, rows @ columns.conj().T, atol=1e-3)
@@ -378,9 +388,9 @@ def test_a_block_on_every_bit_pair(lo, parts):
 
 @pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("lows", [(0,), (1, 3), (0, 2, 3), (0, 1, 2, 4), (0, 1, 2, 3, 4)])
-def test_a_relabelling_swaps_bits(lows, parts):
+def test_a_relabelling_swaps_bits(path_kernel, lows, parts):
     """A relabelling moves every amplitude to the index with its low bits and high bits swapped: the
-    state's tensor with those axes exchanged, exactly; whole, and cut into 3 parts."""
+    state's tensor with those axes exchanged, exactly, on every path; whole, and cut into 3 parts."""
     qubits, rng = 12, np.random.default_rng(len(lows))
     highs = rng.choice(range(kernel.PARKED_BITS, qubits), size=len(lows), replace=False)
     bit_map = np.arange(qubits)
@@ -388,7 +398,7 @@ def test_a_relabelling_swaps_bits(lows, parts):
     state = random_state(rng, qubits)
     axes = [qubits - 1 - q for q in bit_map]  # bit q's axis goes where bit bit_map[q]'s was
     expected = np.moveaxis(as_tensor(state, qubits), [qubits - 1 - q for q in range(qubits)], axes)
-    kernel.relabel_bits(state, bit_map, parts)
+    path_kernel.relabel_bits(state, bit_map, parts)
     np.testing.assert_array_equal(as_tensor(state, qubits), expected)
 
 
@@ -448,6 +458,30 @@ def test_random_circuits_of_every_gate_family(qubits):
     readouts = [random_readouts(rng, register) for _ in circuits]
     upstream = rng.uniform(-1, 1, size=(3, 3))
     check(circuits, SYMBOLS, values, readouts, upstream, tfq_tolerance=1e-3)
+
+
+@pytest.mark.parametrize("qubits", [6, 12])
+def test_every_path_against_cirq(path_kernel, qubits):
+    """Random circuits of every gate family straight through each path's kernel, whole and in 2 parts:
+    expectations equal cirq's within 1e-5, gradients central differences' within 1e-4."""
+    rng = np.random.default_rng(100 + qubits)
+    register = cirq.GridQubit.rect(1, qubits)
+    circuits = [
+        cirq.Circuit(cirq.H.on_each(register), (random_gate(rng, register) for _ in range(3 * qubits)))
+        for _ in range(2)
+    ]
+    values = rng.uniform(-1.5, 1.5, size=(2, len(SYMBOLS)))
+    readouts = [random_readouts(rng, register) for _ in circuits]
+    upstream = rng.uniform(-1, 1, size=(2, 3))
+    reference = finite_differences(circuits, SYMBOLS, values, readouts, upstream)
+    assert np.abs(reference).max() > 0.01  # a real gradient
+    for row, circuit in enumerate(circuits):
+        planned, arrays = plan_of(circuits, SYMBOLS, readouts, row)
+        exact = cirq_expectations(circuit, SYMBOLS, values[row], readouts[row])
+        for parts in (1, 2):
+            out, grad = kernel_forward_and_gradient(path_kernel, planned, arrays, values[row], upstream[row], parts)
+            np.testing.assert_allclose(out, exact, atol=1e-5)
+            np.testing.assert_allclose(grad, reference[row], rtol=1e-4, atol=1e-4)
 
 
 def test_diagonal_gates_wait_for_the_block_on_their_pair():

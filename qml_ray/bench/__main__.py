@@ -232,8 +232,10 @@ def circuits_main(args) -> None:
     os.environ.update(
         {"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads, "OMP_NUM_THREADS": threads}
     )
+    from qml_ray import kernel
     from qml_ray.bench import circuits
 
+    print(f"block kernel: the {kernel.PATH} path (this CPU has {kernel.cpu_features()})", flush=True)
     probes = []
     for qubits in args.qubits:
         count = args.circuits or circuits.default_circuits(qubits)
@@ -252,6 +254,7 @@ def circuits_main(args) -> None:
     doc = {
         "machine_cpus": os.cpu_count(),
         "threads": args.threads,
+        "kernel_path": kernel.PATH,
         "probes": probes,
         "projection": circuits.project(headline, efficiency, source) if headline else None,
     }

@@ -263,7 +263,8 @@ def markdown(doc: dict) -> str:
     """The costs as a Markdown table, and the projection, said to be one."""
     lines = [
         f"Seconds per circuit with {doc['threads']} thread(s) (TensorFlow's pools and the block kernel's) on "
-        f"this machine ({doc['machine_cpus']} CPUs); the 1-layer QCNN. Memory: the gradient's peak above the "
+        f"this machine ({doc['machine_cpus']} CPUs), the block kernel on its {doc['kernel_path']} path; the 1-layer "
+        "QCNN. Memory: the gradient's peak above the "
         "process's level, per circuit in flight, in state vectors (8 bytes per amplitude), sampled.",
         "",
         "| qubits | circuits per batch | forward: TFQ, block | forward + gradient: TFQ | block "

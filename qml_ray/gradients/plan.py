@@ -102,6 +102,10 @@ class Plan:
 
     def readouts(self, pauli_sums: tuple) -> kernel.Readouts:
         """The serialized Pauli sums on this circuit's qubits, as the kernel reads them."""
+        return _compiled_readouts(pauli_sums, tuple(self.qubit_index.items()))
+
+    def readout_arrays(self, pauli_sums: tuple) -> Readouts:
+        """The serialized Pauli sums on this circuit's qubits: the arrays `kernel.Readouts` is made from."""
         return _readouts(pauli_sums, tuple(self.qubit_index.items()))
 
 
@@ -128,11 +132,16 @@ def _plan(program: bytes, symbol_names: tuple) -> Plan:
 
 
 @functools.lru_cache(maxsize=8192)
-def _readouts(pauli_sums: tuple, qubit_index: tuple) -> kernel.Readouts:
+def _readouts(pauli_sums: tuple, qubit_index: tuple) -> Readouts:
     terms = [(op, *term) for op, pauli_sum in enumerate(pauli_sums) for term in _terms(pauli_sum, dict(qubit_index))]
     columns = list(zip(*terms)) if terms else [()] * len(Readouts._fields)
     dtypes = (np.int64, np.float64, np.int64, np.int64, np.int64)
-    return kernel.Readouts(Readouts(*(np.array(column, dtype) for column, dtype in zip(columns, dtypes))))
+    return Readouts(*(np.array(column, dtype) for column, dtype in zip(columns, dtypes)))
+
+
+@functools.lru_cache(maxsize=8192)
+def _compiled_readouts(pauli_sums: tuple, qubit_index: tuple) -> kernel.Readouts:
+    return kernel.Readouts(_readouts(pauli_sums, qubit_index))
 
 
 def _terms(pauli_sum: bytes, index: dict) -> list[tuple[float, int, int, int]]:
