@@ -1,6 +1,7 @@
 #include "blocks.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace qml {
 namespace {
@@ -160,29 +161,33 @@ void unapply_groups(Planes psi, Planes lam, const Scalars& m, int hi, int lo, To
     for (int k = 0; k < 8; ++k) total[r][k] += acc[r][k];
 }
 
-// The matrix on bits hi, lo over groups first..last, in chunks as long as the block's runs allow.
-void apply_range(Planes s, const Scalars& m, int hi, int lo, index_t first, index_t last) {
+// chunks(length) with the longest chunk length (a std::integral_constant) the block's runs allow, or groups()
+// for a block on the bits below the chunks.
+template <class Chunks, class Groups>
+void by_run_length(int hi, int lo, Chunks&& chunks, Groups&& groups) {
   switch (std::min(std::min(hi, lo), kChunkBits)) {
-    case kChunkBits: return apply_chunks<256>(s, m, hi, lo, first, last);
-    case 7: return apply_chunks<128>(s, m, hi, lo, first, last);
-    case 6: return apply_chunks<64>(s, m, hi, lo, first, last);
-    case 5: return apply_chunks<32>(s, m, hi, lo, first, last);
-    case 4: return apply_chunks<16>(s, m, hi, lo, first, last);
-    default: return apply_groups(s, m, hi, lo, first, last);
+    case kChunkBits: return chunks(std::integral_constant<int, 256>{});
+    case 7: return chunks(std::integral_constant<int, 128>{});
+    case 6: return chunks(std::integral_constant<int, 64>{});
+    case 5: return chunks(std::integral_constant<int, 32>{});
+    case 4: return chunks(std::integral_constant<int, 16>{});
+    default: return groups();
   }
+}
+
+// The matrix on bits hi, lo over groups first..last.
+void apply_range(Planes s, const Scalars& m, int hi, int lo, index_t first, index_t last) {
+  by_run_length(
+      hi, lo, [&](auto length) { apply_chunks<decltype(length)::value>(s, m, hi, lo, first, last); },
+      [&] { apply_groups(s, m, hi, lo, first, last); });
 }
 
 // apply_range on both states, adding their transition sums to `total`.
 void unapply_range(Planes psi, Planes lam, const Scalars& m, int hi, int lo, Totals& total, index_t first,
                    index_t last) {
-  switch (std::min(std::min(hi, lo), kChunkBits)) {
-    case kChunkBits: return unapply_chunks<256>(psi, lam, m, hi, lo, total, first, last);
-    case 7: return unapply_chunks<128>(psi, lam, m, hi, lo, total, first, last);
-    case 6: return unapply_chunks<64>(psi, lam, m, hi, lo, total, first, last);
-    case 5: return unapply_chunks<32>(psi, lam, m, hi, lo, total, first, last);
-    case 4: return unapply_chunks<16>(psi, lam, m, hi, lo, total, first, last);
-    default: return unapply_groups(psi, lam, m, hi, lo, total, first, last);
-  }
+  by_run_length(
+      hi, lo, [&](auto length) { unapply_chunks<decltype(length)::value>(psi, lam, m, hi, lo, total, first, last); },
+      [&] { unapply_groups(psi, lam, m, hi, lo, total, first, last); });
 }
 
 Totals sum(const std::vector<Totals>& parts) {

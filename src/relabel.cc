@@ -73,14 +73,9 @@ void relabel_bits(Planes state, const int64_t* bit_map, int qubits, int parts) {
     if (bit_map[q] > q) lows.push_back(q), highs.push_back(static_cast<int>(bit_map[q]));
   if (lows.empty()) return;
   const index_t rests = state.size >> (2 * lows.size());
-  if (parts == 1) {
-    for (float* plane : {state.re, state.im}) relabel_range(plane, lows, highs, 0, rests);
-    return;
-  }
-  in_parts(2 * parts, [&](int job) {  // each plane in `parts` parts
-    const int part = job % parts;
-    relabel_range(job < parts ? state.re : state.im, lows, highs, share(part, parts, rests, 0),
-                  share(part + 1, parts, rests, 0));
+  in_parts(parts, [&](int part) {
+    for (float* plane : {state.re, state.im})
+      relabel_range(plane, lows, highs, share(part, parts, rests, 0), share(part + 1, parts, rests, 0));
   });
 }
 

@@ -2,10 +2,10 @@
 
 `BlockAdjoint` is a `tfq.differentiators.Differentiator`: use it wherever TFQ takes one,
 e.g. `tfq.layers.PQC(circuit, readouts, differentiator=BlockAdjoint())`. Both passes run on the
-circuit fused into two-qubit blocks (`plan`) in the compiled kernel (`qml_ray.kernel`): the forward simulates it, the gradient runs one
-backward sweep over the blocks, from the state the forward left where it can (`FinalStates`); one
-circuit per thread across the batch, and when the batch has fewer circuits than threads, each circuit's
-passes shared between the threads left over.
+circuit fused into two-qubit blocks (`plan`) in the compiled kernel (`qml_ray.kernel`): the forward
+simulates it, the gradient runs one backward sweep over the blocks, from the state the forward left
+where it can (`FinalStates`); one circuit per thread across the batch, and when the batch has fewer
+circuits than threads, each circuit's passes shared between the threads left over.
 """
 
 import collections
