@@ -1,9 +1,9 @@
 """The excitation data set: rx(theta) on one qubit of the cluster state.
 
 Label +1 when |theta| <= pi/2, else -1. The QCNN's data set when a run names no `data`: drawn
-once from the config's seed and written to the run folder as Parquet (data/train.parquet and
-data/test.parquet, its training and validation data). The benchmark's baseline, which runs
-without Ray, reads it here too, each process its own shard.
+from the config's seed (the same on every worker that draws it) and written to the run folder as
+Parquet (data/train.parquet and data/test.parquet, its training and validation data). The
+benchmark's baseline, which runs without Ray, reads it here too, each process its own shard.
 """
 
 import cirq
@@ -45,9 +45,3 @@ def write(config: Config, run: str) -> None:
 
 def read(run: str, split: str) -> pa.Table:
     return storage.read_parquet(storage.split_path(run, split))
-
-
-def shard(table: pa.Table, rank: int, world_size: int) -> pa.Table:
-    """Rows rank, rank + world_size, ... of the first num_rows - num_rows % world_size: equal shards
-    that together hold all but those last rows, as Ray Train shards a Ray Dataset."""
-    return table.take(np.arange(rank, table.num_rows - table.num_rows % world_size, world_size))

@@ -136,12 +136,20 @@ def read(source: Source, columns: list[str] | None = None):
 
 
 def _read_files(batch: pa.Table, columns: list[str] | None) -> pa.Table:
+    return read_paths(batch.column("path").to_pylist(), columns)
+
+
+def read_paths(locations: list[str], columns: list[str] | None = None) -> pa.Table:
+    """The Parquet files at `locations`, read whole into this process, as one table."""
     import pyarrow.parquet as pq
 
     tables = []
-    for location in batch.column("path").to_pylist():
+    for location in locations:
         filesystem, path = storage.pyarrow_filesystem(location)
-        tables.append(pq.read_table(path, filesystem=filesystem, columns=columns))
+        try:
+            tables.append(pq.read_table(path, filesystem=filesystem, columns=columns))
+        except (OSError, pa.ArrowException) as err:
+            raise UsageError(f"cannot read {location} as Parquet: {err}") from None
     return pa.concat_tables(tables)
 
 
@@ -187,10 +195,44 @@ def for_training(config, train: Source, validation: Source | None) -> tuple[dict
 
 
 def fits_in_memory(config, train: Source, validation: Source | None) -> bool:
-    """Whether each worker reads its shards once and keeps them in memory (the whole data set's
-    Parquet is at most `data_in_memory_mb`), or streams them from storage every epoch."""
+    """Whether each worker keeps its shards in memory (the whole data set's Parquet is at most
+    `data_in_memory_mb`), or streams them from storage every epoch."""
     files = train.bytes + (validation.bytes if validation else 0)
     return files <= config.data_in_memory_mb * 2**20
+
+
+# A bound on the Parquet bytes of one example of the QCNN's generated data set (about 60 here).
+GENERATED_BYTES_PER_EXAMPLE = 200
+
+
+def generated_fits_in_memory(config) -> bool:
+    """Whether the QCNN's generated data set, not drawn yet, will be kept in memory (fits_in_memory)."""
+    return config.examples * GENERATED_BYTES_PER_EXAMPLE <= config.data_in_memory_mb * 2**20
+
+
+def kept_splits(config, train: Source, validation: Source | None) -> dict[str, pa.Table]:
+    """The two splits (circuit and label) read whole into this process: the validation files, or
+    the rows held out of the training data, as `split` holds them out."""
+    columns = ["circuit", "label"]
+    whole = read_paths(train.paths, columns)
+    if validation is not None:
+        return {"train": whole, "validation": read_paths(validation.paths, columns)}
+    held = held_out(whole.column("circuit").to_pylist(), config.seed, config.test_fraction)
+    return {"train": whole.filter(pa.array(~held)), "validation": whole.filter(pa.array(held))}
+
+
+def shard(table: pa.Table, rank: int, world_size: int) -> pa.Table:
+    """Rows rank, rank + world_size, ... of the first num_rows - num_rows % world_size: equal shards
+    that together hold all but those last rows, as Ray Train shards a Ray Dataset."""
+    return table.take(np.arange(rank, table.num_rows - table.num_rows % world_size, world_size))
+
+
+def write_generated(config, run: str, tables: dict[str, pa.Table]) -> None:
+    """Write a generated data set's splits (data.SPLITS' tables) to the run folder, then data.json."""
+    for split, table in tables.items():
+        storage.write_parquet(table, storage.split_path(run, split))
+    train, validation = sources(config, run)
+    write_manifest(run, manifest(config, train, validation, {"train": train.rows, "validation": validation.rows}))
 
 
 def manifest(config, train: Source, validation: Source | None, rows: dict) -> dict:

@@ -237,6 +237,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     interrupts.say_on_interrupt("no predictions were completed; run the command again")
     infer(args.run, args.data, args.actors, args.batch_size, args.address, args.verbose)
+    runtime.leave()
 
 
 if __name__ == "__main__":

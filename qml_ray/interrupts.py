@@ -59,18 +59,19 @@ def exit_interrupted(status: int) -> None:
     a thread still waits on it, and wait for a local Ray to stop (which SIGTERM to the command's process
     group may be stopping already); either way Ray would end the process with status 1 and a line of its
     own. On a cluster, the command's actors go with it."""
-    timer = threading.Timer(EXIT_SECONDS, _stop_and_exit, (status,))
+    timer = threading.Timer(EXIT_SECONDS, exit_now, (status,))
     timer.daemon = True
     timer.start()
     for cleanup in reversed(_cleanups):
         with contextlib.suppress(Exception):
             cleanup()
-    _stop_and_exit(status)
+    exit_now(status)
 
 
-def _stop_and_exit(status: int) -> None:
+def exit_now(status: int) -> None:
     """Hand the processes this one started, and theirs, to a reaper (`stop`, in a process of its own: a
-    wait here would let Ray's core worker end this one with status 1 when its raylet goes), then exit."""
+    wait here would let Ray's core worker end this one with status 1 when its raylet goes), then exit
+    with `status` at once (no exit handler runs)."""
     started = [process.pid for process in psutil.Process().children(recursive=True)]
     if started:
         reaper = [sys.executable, "-m", "qml_ray.interrupts", *map(str, started)]
@@ -151,5 +152,5 @@ def abandoned() -> bool:
     return bool(_abandoned)
 
 
-if __name__ == "__main__":  # the reaper `_stop_and_exit` starts
+if __name__ == "__main__":  # the reaper `exit_now` starts
     stop([int(pid) for pid in sys.argv[1:]])

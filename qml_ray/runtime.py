@@ -29,6 +29,7 @@ LOCAL_RAY_SETTINGS = {
     "RAY_idle_worker_killing_time_threshold_ms": "60000",
     "RAY_worker_maximum_startup_concurrency": "8",
 }
+_local_ray: list[bool] = []  # holds True once connect has started a local Ray
 
 
 def job_env() -> dict:
@@ -72,6 +73,16 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UsageError(f"cannot connect to Ray at {address}: {err}") from None
     interrupts.install()  # again: ray.init sets a SIGTERM handler of its own
+    if address == "local":
+        _local_ray.append(True)
+
+
+def leave() -> None:
+    """End a command whose work is done. A local Ray it started is handed to the reaper, as on an
+    interrupt, and the command exits at once: ray.shutdown would wait 2-3 s here for its processes
+    to stop, before the prompt comes back. On a cluster, the command returns to exit as usual."""
+    if _local_ray:
+        interrupts.exit_now(0)
 
 
 def quiet_ray_data(verbose: bool) -> None:

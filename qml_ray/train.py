@@ -127,10 +127,13 @@ def replacement_wait(config: config_lib.Config) -> float:
 
 @dataclass(frozen=True)
 class RunData:
-    """What the workers train on: the Ray Datasets of the splits, their rows, the labels' width,
-    and whether each worker reads its shards once and keeps them in memory (else streams every epoch)."""
+    """What the workers train on, each split's rows and the labels' width. A data set within
+    `data_in_memory_mb` is kept in memory: `shards` holds, per split, each rank's shard (Ray object
+    refs), or is None when the workers draw the QCNN's data set themselves (a new run's generated
+    one). A larger one streams from `datasets`, the splits' Ray Datasets, every epoch."""
 
     datasets: dict
+    shards: dict | None
     rows: dict
     label_width: int
     in_memory: bool
@@ -148,22 +151,43 @@ def check_data(config: config_lib.Config, run: str, resume: bool) -> None:
 
 
 def prepare_data(config: config_lib.Config, run: str, model: Callable | None = None) -> RunData:
-    """Write what a new run records (the QCNN's generated data set, config.yaml, data.json, and a
-    model function given as a callable), or read it back for a resumed run; the splits' Datasets."""
+    """What the workers train on, and what a new run records (config.yaml, data.json, a model
+    function given as a callable, and the QCNN's generated data set: drawn by the workers when
+    kept in memory, else here, by a Ray task) or a resumed one reads back."""
     new = not storage.exists(storage.join(run, datasets.MANIFEST))
-    if not config.data and not storage.exists(storage.split_path(run, "test")):
-        generate_data(config, run)
-    train, validation = datasets.sources(config, run)
-    found, rows = datasets.for_training(config, train, validation)
-    for split, count in rows.items():
+    drawn = not config.data and not storage.exists(storage.split_path(run, "test"))
+    if drawn and datasets.generated_fits_in_memory(config):
+        inputs = RunData({}, None, dict(zip(datasets.SPLITS, config_lib.split_sizes(config))), 1, True)
+    else:
+        if drawn:
+            generate_data(config, run)
+        train, validation = datasets.sources(config, run)
+        inputs = feed(config, train, validation)
+        if new:
+            datasets.write_manifest(run, datasets.manifest(config, train, validation, inputs.rows))
+    for split, count in inputs.rows.items():
         if count < config.workers:
             raise UsageError(f"the {split} data has {count} row(s), fewer than the {config.workers} workers")
-    if new:
-        if model is not None:
-            contract.record(run, model)
-        datasets.write_manifest(run, datasets.manifest(config, train, validation, rows))
+    if new and model is not None:
+        contract.record(run, model)
     storage.write_text(storage.join(run, storage.CONFIG), config.to_yaml())
-    return RunData(found, rows, train.label_width, datasets.fits_in_memory(config, train, validation))
+    return inputs
+
+
+def feed(config: config_lib.Config, train: datasets.Source, validation: datasets.Source | None) -> RunData:
+    """The data's splits for the workers: read here and handed over as each rank's shard when
+    kept in memory (no Ray Data pipeline), else the Ray Datasets they stream."""
+    if not datasets.fits_in_memory(config, train, validation):
+        found, rows = datasets.for_training(config, train, validation)
+        return RunData(found, None, rows, train.label_width, False)
+    import ray
+
+    tables = datasets.kept_splits(config, train, validation)
+    shards = {
+        split: [ray.put(datasets.shard(table, rank, config.workers)) for rank in range(config.workers)]
+        for split, table in tables.items()
+    }
+    return RunData({}, shards, {split: table.num_rows for split, table in tables.items()}, train.label_width, True)
 
 
 def generate_data(config: config_lib.Config, run: str) -> None:
@@ -217,6 +241,7 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
             "rows": inputs.rows,
             "label_width": inputs.label_width,
             "in_memory": inputs.in_memory,
+            "shards": inputs.shards,
             "model": model and contract.pickled(model),
         },
         datasets=inputs.datasets,
@@ -362,6 +387,7 @@ def main(argv=None) -> None:
         print(f"error: {err}", file=sys.stderr)
         print(f"the checkpoints are kept: continue with --name {posixpath.basename(err.run)} --resume", file=sys.stderr)
         sys.exit(1)
+    runtime.leave()
 
 
 if __name__ == "__main__":

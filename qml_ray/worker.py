@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import ray.train
 
-from qml_ray import contract, storage
+from qml_ray import contract, datasets, storage
 from qml_ray.checkpoints import whole
 from qml_ray.config import Config
 
@@ -59,7 +59,11 @@ def train_worker(params: dict) -> None:
     context = ray.train.get_context()
     rows, width = params["rows"], params["label_width"]
     rank, world_size = context.get_world_rank(), context.get_world_size()
-    inputs = from_shards(config, rows, width, rank, world_size, params["in_memory"])
+    if params["in_memory"]:
+        kept = kept_shards(config, run, params["shards"], rank, world_size)
+        inputs = kept_inputs(config, kept, rows, width, rank, world_size)
+    else:
+        inputs = streamed_inputs(config, rows, width, rank, world_size)
     from qml_ray.console import problems_told
 
     try:
@@ -83,41 +87,62 @@ def train_worker(params: dict) -> None:
         raise
 
 
-def from_shards(config: Config, rows: dict, label_width: int, rank: int, world_size: int, in_memory: bool) -> Inputs:
-    """This worker's shards of the run's Ray Datasets. Ray Train splits each into equal shards
-    (a split's last rows_count % workers rows sit out), so every worker runs the same steps; every
-    worker starts each pass over a split together with the others, as Ray Data's split needs.
-    `in_memory` (the same on every worker): each shard is read whole now, once, and kept."""
-    per_worker = {split: count // world_size for split, count in rows.items()}
+def kept_shards(config: Config, run: str, shards: dict | None, rank: int, world_size: int) -> dict:
+    """This worker's shard of each split, as numpy columns: the one the command handed over, or,
+    for a new run's generated data set (`shards` None), drawn here as on every worker (rank 0
+    writes the data set and data.json to the run folder)."""
+    if shards is not None:
+        return {split: columns(ray.get(refs[rank])) for split, refs in shards.items()}
+    from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
+
+    tables = data.generate(config)
+    if rank == 0:
+        datasets.write_generated(config, run, tables)
+    splits = zip(datasets.SPLITS, data.SPLITS)
+    return {split: columns(datasets.shard(tables[drawn], rank, world_size)) for split, drawn in splits}
+
+
+def columns(table) -> dict[str, np.ndarray]:
+    """A table's circuits and labels as numpy columns."""
+    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in ("circuit", "label")}
+
+
+def kept_inputs(config: Config, shards: dict, rows: dict, label_width: int, rank: int, world_size: int) -> Inputs:
+    """A worker's inputs from its shards held in memory: one `fit` serves every epoch, each pass
+    over the training shard in a new order."""
+    kept = (
+        in_memory_batches(shards["train"], config.batch_size, label_width, config.seed + rank),
+        in_memory_batches(shards["validation"], config.batch_size, label_width),
+    )
+    return sized_inputs(config, (lambda: kept[0], lambda: kept[1]), rows, world_size, repeat=True)
+
+
+def streamed_inputs(config: Config, rows: dict, label_width: int, rank: int, world_size: int) -> Inputs:
+    """A worker's inputs streamed from its shards of the run's Ray Datasets, one pass per epoch.
+    Ray Train splits each into equal shards (a split's last rows_count % workers rows sit out), so
+    every worker runs the same steps; every worker starts each pass over a split together with the
+    others, as Ray Data's split needs."""
     train, validation = (ray.train.get_dataset_shard(split) for split in ("train", "validation"))
-    shuffle_seed = config.seed + rank
-    if in_memory:
-        kept = (
-            in_memory_batches(read_whole(train), config.batch_size, label_width, shuffle_seed),
-            in_memory_batches(read_whole(validation), config.batch_size, label_width),
-        )
-        makers = (lambda: kept[0], lambda: kept[1])
-    else:
-        passes = itertools.count()
-        makers = (
-            lambda: streamed_batches(
-                train, config.batch_size, label_width, per_worker["train"], shuffle_seed + 7919 * next(passes)
-            ),
-            lambda: streamed_batches(validation, config.batch_size, label_width),
-        )
+    rows_per_worker, passes = rows["train"] // world_size, itertools.count()
+    makers = (
+        lambda: streamed_batches(
+            train, config.batch_size, label_width, rows_per_worker, config.seed + rank + 7919 * next(passes)
+        ),
+        lambda: streamed_batches(validation, config.batch_size, label_width),
+    )
+    return sized_inputs(config, makers, rows, world_size, repeat=False)
+
+
+def sized_inputs(config: Config, makers: tuple, rows: dict, world_size: int, repeat: bool) -> Inputs:
+    """Inputs of the batch makers (training, validation), each worker's steps from the splits' rows."""
+    per_worker = {split: count // world_size for split, count in rows.items()}
     return Inputs(
         *makers,
         steps=-(-per_worker["train"] // config.batch_size),
         validation_steps=-(-per_worker["validation"] // config.batch_size),
         train_circuits=per_worker["train"] * world_size,
-        repeat=in_memory,
+        repeat=repeat,
     )
-
-
-def read_whole(shard) -> dict[str, np.ndarray]:
-    """Every row of a Ray Data shard, as numpy columns."""
-    blocks = list(shard.iter_batches(batch_size=None, batch_format="numpy"))
-    return {column: np.concatenate([block[column] for block in blocks]) for column in blocks[0]}
 
 
 def in_memory_batches(columns: dict, batch_size: int, label_width: int, shuffle_seed: int | None = None):

@@ -433,8 +433,21 @@ def damage_pages(path: Path) -> None:
     path.write_bytes(content[:4] + b"\xff" * (len(content) - footer - 4) + content[-footer:])
 
 
-def test_training_that_keeps_failing_says_how_to_continue(run_copy):
+def test_data_whose_rows_cannot_be_read_is_one_line(run_copy):
     damage_pages(run_copy / "data" / "train.parquet")  # its footer is whole: reading its rows fails
+    files = lambda: {path: stat for path, stat in snapshot(run_copy).items() if path.is_file()}  # noqa: E731
+    before = files()  # (the run's folder itself changes: the command claims it while it reads)
+    more = ("--epochs", config_lib.of_run(str(run_copy)).epochs + 2)
+    done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", *more)
+    assert_usage_error(done, f"cannot read {run_copy / 'data' / 'train.parquet'} as Parquet")
+    assert files() == before
+
+
+def test_training_that_keeps_failing_says_how_to_continue(run_copy):
+    train = run_copy / "data" / "train.parquet"
+    table = pq.read_table(train)  # a circuit no worker can parse: every attempt fails at its step
+    circuits = [b"garbage", *table.column("circuit").to_pylist()[1:]]
+    pq.write_table(table.set_column(table.schema.get_field_index("circuit"), "circuit", pa.array(circuits)), train)
     more = ("--epochs", config_lib.of_run(str(run_copy)).epochs + 2, "--max-failures", 0)
     done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", *more)
     assert done.returncode == 1

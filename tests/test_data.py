@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from qml_ray import config as config_lib, data, storage
+from qml_ray import config as config_lib, data, datasets, storage
 from qml_ray.config import Config
 
 from conftest import TUTORIAL
@@ -42,7 +42,7 @@ def test_labels_follow_the_excitation_angle_and_splits_cover_all_examples():
 def test_shards_are_equal_and_disjoint(world_size):
     """As Ray Train shards a Ray Dataset: equal shards, the last rows % world_size rows left out."""
     train = data.generate(CONFIG)["train"]
-    shards = [data.shard(train, rank, world_size).column("id").to_pylist() for rank in range(world_size)]
+    shards = [datasets.shard(train, rank, world_size).column("id").to_pylist() for rank in range(world_size)]
     flat = [i for shard in shards for i in shard]
     assert len(flat) == len(set(flat)) == train.num_rows - train.num_rows % world_size
     assert set(flat) <= set(train.column("id").to_pylist())

@@ -90,27 +90,14 @@ def work(run: str) -> None:
     else:
         strategy, rank, world_size = tf.distribute.get_strategy(), 0, 1
     from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
-    from qml_ray.worker import Inputs, in_memory_batches, train_replica
+    from qml_ray.datasets import SPLITS, shard
+    from qml_ray.worker import columns, kept_inputs, train_replica
 
-    train, validation = (data.shard(data.read(run, split), rank, world_size) for split in data.SPLITS)
-    batches = [
-        in_memory_batches(columns(table), config.batch_size, 1, seed)
-        for table, seed in ((train, config.seed + rank), (validation, None))
-    ]
-    inputs = Inputs(
-        train=lambda: batches[0],
-        validation=lambda: batches[1],
-        steps=-(-train.num_rows // config.batch_size),
-        validation_steps=-(-validation.num_rows // config.batch_size),
-        train_circuits=train.num_rows * world_size,
-        repeat=True,
-    )
+    tables = {split: data.read(run, drawn) for split, drawn in zip(SPLITS, data.SPLITS)}
+    shards = {split: columns(shard(table, rank, world_size)) for split, table in tables.items()}
+    rows = {split: table.num_rows for split, table in tables.items()}
+    inputs = kept_inputs(config, shards, rows, 1, rank, world_size)
     train_replica(config, run, strategy, inputs, rank, label_width=1, local_rank=rank)
-
-
-def columns(table) -> dict:
-    """A table's circuits and labels as numpy columns."""
-    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in ("circuit", "label")}
 
 
 def main(argv=None) -> None:
