@@ -1,5 +1,6 @@
 """Shared fixtures: the commands run as a user runs them, in subprocesses with their own local Ray."""
 
+import importlib
 import os
 import re
 import signal
@@ -55,6 +56,56 @@ def run_command(
         text=True,
         timeout=timeout,
     )
+
+
+@dataclass
+class Done:
+    """How a command run in this process ended, as subprocess.run tells of one in its own."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+MAINS = {"train": "train", "infer": "infer", "sweep": "sweep", "cluster": "cluster", "bench": "bench.__main__"}
+
+
+@pytest.fixture
+def in_process(capfd, monkeypatch):
+    """Run `python -m qml_ray.<command> args...` as its main in this process, in `cwd` with `env`'s
+    changes (None removes a variable), for the logic tests a process of its own adds nothing to:
+    one that would start Ray needs one (run_command). Its signal handlers and the modules it
+    imported from `cwd` go with it."""
+    from qml_ray import cli
+
+    def run(command: str, *args, cwd: Path = ROOT, env: dict | None = None) -> Done:
+        main = importlib.import_module(f"qml_ray.{MAINS[command]}").main
+        monkeypatch.chdir(cwd)
+        monkeypatch.syspath_prepend(str(cwd))  # as `python -m` puts the working folder first
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ in the folder
+        for key, value in {"RAY_ADDRESS": None, **(env or {})}.items():
+            if value is None:
+                monkeypatch.delenv(key, raising=False)
+            else:
+                monkeypatch.setenv(key, value)
+        handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        modules = set(sys.modules)
+        capfd.readouterr()
+        try:
+            cli.run(main, [str(arg) for arg in args])
+            status = 0
+        except SystemExit as exited:
+            status = exited.code if isinstance(exited.code, int) else int(exited.code is not None)
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+            for name in set(sys.modules) - modules:
+                if str(getattr(sys.modules[name], "__file__", "")).startswith(str(cwd)):
+                    del sys.modules[name]
+        out, err = capfd.readouterr()
+        return Done(status, out, err)
+
+    return run
 
 
 def free_port() -> int:

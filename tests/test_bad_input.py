@@ -2,6 +2,7 @@
 nothing written or changed anywhere (the whole temporary tree is compared before and after)."""
 
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -116,10 +117,11 @@ def not_a_model():
 }
 
 
-def mistake(command: str, *args, message: str, env: dict | None = None, id: str):
+def mistake(command: str, *args, message: str, env: dict | None = None, ray: bool = False, id: str):
     """A battery case: `python -m qml_ray.<command> args...` (with {tmp}, {file}, {run}, {data},
-    {configs}, {smoke} and {port}, a port where nobody answers, filled in) must fail with `message`."""
-    return pytest.param(command, args, message, env or {}, id=id)
+    {configs}, {smoke} and {port}, a port where nobody answers, filled in) must fail with `message`;
+    run in this process, or, with `ray` (it starts a local Ray to find the mistake), in its own."""
+    return pytest.param(command, args, message, env or {}, ray, id=id)
 
 
 TRAIN = ("train", "--config", "{smoke}", "--storage", "{tmp}/runs")
@@ -218,9 +220,10 @@ MISTAKES = [
         str(CPUS + 1),
         message=f"not {CPUS + 1} training workers",
         env={"RAY_ADDRESS": ""},
+        ray=True,
         id="address-env-empty",
     ),
-    mistake(*TRAIN, "--qubits", "38", message="more than the largest Ray node has", id="train-memory"),
+    mistake(*TRAIN, "--qubits", "38", message="more than the largest Ray node has", ray=True, id="train-memory"),
     # infer
     mistake("infer", "--run", "{tmp}/nothing", message="no run at", id="infer-no-run"),
     mistake("infer", "--run", "{file}", message="no run at", id="infer-run-is-a-file"),
@@ -318,18 +321,19 @@ MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("command, args, message, env", MISTAKES)
-def test_mistake(tree, command, args, message, env):
+@pytest.mark.parametrize("command, args, message, env, ray", MISTAKES)
+def test_mistake(tree, in_process, command, args, message, env, ray):
     port = str(free_port())
     fill = {**{name: str(path) for name, path in tree.items()}, "port": port}
+    args = [str(arg).format(**fill) for arg in args]
+    env = {key: value.format(**fill) for key, value in env.items()}
     before = snapshot(tree["tmp"])
-    done = run_command(
-        command,
-        *(str(arg).format(**fill) for arg in args),
-        timeout=MISTAKE_SECONDS,
-        env=command_env(**{key: value.format(**fill) for key, value in env.items()}),
-        cwd=tree["work"],
-    )
+    started = time.monotonic()
+    if ray:
+        done = run_command(command, *args, timeout=MISTAKE_SECONDS, env=command_env(**env), cwd=tree["work"])
+    else:
+        done = in_process(command, *args, cwd=tree["work"], env=env)
+    assert time.monotonic() - started < MISTAKE_SECONDS
     assert_usage_error(done, message.format(**fill))
     assert snapshot(tree["tmp"]) == before
 
