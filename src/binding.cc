@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 #include "adjoint.h"
 #include "blocks.h"
@@ -105,6 +106,8 @@ NumpyState circuit_expectations(const Circuit& c, Array<const double> values, co
 // circuit_expectations returns it, consumed; or an array of no amplitudes, to simulate it here.
 void circuit_gradient(const Circuit& c, Array<const double> values, const Readouts& readouts,
                       Array<const double> upstream, Array<double> grad, int parts, StateArray psi) {
+  if (psi.shape(1) != 0 && psi.shape(1) != size_t(1) << c.qubits)
+    throw std::invalid_argument("psi is not a state of the circuit's qubits");
   nb::gil_scoped_release released;
   StateBuffer simulated(nullptr, &std::free);
   Planes planes = array_planes(psi);
