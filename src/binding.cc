@@ -123,6 +123,7 @@ void circuit_gradient(const Circuit& c, Array<const double> values, const Readou
 
 NB_MODULE(QML_KERNEL_MODULE, m) {
   m.doc() = "The block adjoint method's compiled kernel, built for the " QML_KERNEL_PATH " path.";
+  nb::set_leak_warnings(false);  // plans cached for the process's life hold circuits until Python's last moment
   m.attr("PATH") = QML_KERNEL_PATH;
   m.attr("MIN_QUBITS") = kMinQubits;
   m.attr("START_BITS") = kStartBits;

@@ -19,7 +19,8 @@ import tensorflow_quantum as tfq
 from qml_ray import contract, data
 from qml_ray.bench import peers
 from qml_ray.config import Config, kept_states
-from qml_ray.gradients import BlockAdjoint, kernel_inputs
+from qml_ray.gradients import BlockAdjoint
+from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
 # The original's headline: 23 qubits, 1000 examples, ~5 min/epoch on 32 nodes of 16 vCPUs,
@@ -142,8 +143,8 @@ def forward_bytes(whole: dict) -> float:
     start's, a segment's: one block, or several applied tile by tile; or a relabelling) reads and writes it
     once (complex64, padded to the kernel's least qubits)."""
     moved = []
-    for program, pauli_sums in zip(whole["programs"], whole["pauli_sums"]):
-        circuit, _ = kernel_inputs(program, tuple(s.decode() for s in whole["names"]), pauli_sums)
+    for program in whole["programs"]:
+        circuit = plan(program, tuple(s.decode() for s in whole["names"])).circuit
         passes = len(circuit.segments) + int(np.count_nonzero(circuit.relabel >= 0))  # the start's, then segments
         moved.append(2 * 8 * 2**circuit.qubits * passes)
     return float(np.mean(moved))
@@ -187,7 +188,7 @@ def against_peers(whole: dict, threads: int, min_seconds: float) -> dict:
     def timer(fn):
         return seconds_per_call(fn, min_seconds)
 
-    expected = block.expectations(*inputs, sums)  # the first calls also compile
+    expected = block.expectations(*inputs, sums)  # the first calls also plan the circuits
     expected_gradient = block.gradient(*inputs, sums, ones)
     found = {
         "block": {
