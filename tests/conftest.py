@@ -3,20 +3,25 @@
 import importlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ray._private.utils import get_num_cpus
 
 import qml_ray  # noqa: F401  (first: it selects tf-keras before any test imports TensorFlow)
 
 ROOT = Path(__file__).resolve().parents[1]
+# The CPUs a local Ray started on this machine gives itself (its cgroup quota or CPU affinity).
+CPUS = get_num_cpus()
 SMOKE = ROOT / "configs" / "smoke.yaml"
 TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 
@@ -229,16 +234,98 @@ def gcs_server(tmp_path_factory):
         server.wait(timeout=10)
 
 
-def wait_until_serving(url: str, seconds: float = 15) -> None:
+def wait_until_serving(url: str, seconds: float = 15, path: str = "/storage/v1/b") -> None:
     deadline = time.monotonic() + seconds
     while True:
         try:
-            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
+            urllib.request.urlopen(f"{url}{path}", timeout=1).close()
             return
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def shared_cluster():
+    """The Ray that the commands of tests not about Ray's own start attach to (`--address`): one
+    head with this machine's CPUs, started once for the session with `ray start` in a session of
+    its own (token authentication off: it serves loopback only) and a temporary folder of its own,
+    so that no `ray.init()` and no other `ray start` on the machine finds it; stopped by its session."""
+    from qml_ray.runtime import LOCAL_RAY_SETTINGS
+
+    temp = Path(tempfile.mkdtemp(prefix="qml-ray-", dir="/tmp"))  # short: Ray's socket paths are bounded
+    port, dashboard = free_port(), free_port()
+    env = command_env(RAY_AUTH_MODE="disabled", RAY_prestart_worker_first_driver="0", **LOCAL_RAY_SETTINGS)
+    head = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--port", str(port), "--num-cpus", str(CPUS)]
+    head += ["--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), "--temp-dir", str(temp)]
+    with open(temp / "head.log", "w") as log:  # the head keeps its copy
+        process = subprocess.Popen(head, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        cluster = SharedCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}")
+        wait_until_serving(f"{cluster.dashboard}/api/version", seconds=60, path="")
+        yield cluster
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # `ray start --block` can wait long for its workers
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while session_processes(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in session_processes(process.pid):  # none should be left: kill what is
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@dataclass
+class SharedCluster:
+    address: str  # what a command's --address takes
+    dashboard: str  # the dashboard's URL (state API)
+
+    def idle(self) -> list:
+        """What still runs or is reserved on the cluster: live actors, placement groups not removed."""
+        from ray.util.state import list_actors, list_placement_groups
+
+        actors = list_actors(address=self.dashboard, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+        groups = list_placement_groups(
+            address=self.dashboard, filters=[("state", "!=", "REMOVED")], raise_on_missing_output=False
+        )
+        return [f"actor {actor.class_name} ({actor.state})" for actor in actors if actor.class_name not in SERVICES] + [
+            f"placement group {group.placement_group_id} ({group.state})" for group in groups
+        ]
+
+
+@pytest.fixture
+def shared_ray(shared_cluster) -> str:
+    """The shared cluster's address, for a test whose commands attach to it; after the test, nothing
+    of its commands may run on it or hold a reservation there any more (the job's actors and
+    placement groups go with its driver: within IDLE_SECONDS)."""
+    yield shared_cluster.address
+    deadline = time.monotonic() + IDLE_SECONDS
+    while (left := shared_cluster.idle()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"left on the shared cluster {IDLE_SECONDS} s after the test: {left}"
+
+
+IDLE_SECONDS = 30
+# Ray's detached actors that serve the whole cluster, one of each, started by the first run that needs it.
+SERVICES = {"TrainStateActor", "_AutoscalingCoordinatorActor"}
+
+
+def session_processes(session: int) -> list[int]:
+    """The running processes of a session (a process group started with start_new_session)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
 
 
 CLUSTER_SCRIPT = ROOT / "scripts" / "local_cluster.sh"

@@ -9,17 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from ray._private.utils import get_num_cpus
 
 from qml_ray import config as config_lib, storage
 from qml_ray.errors import MAX_LINE, one_line
 
-from conftest import SMOKE, command_env, free_port, run_command
+from conftest import CPUS, SMOKE, command_env, free_port, run_command
 
 MISTAKE_SECONDS = 60  # a mistake is reported within this (a Ray address where nobody answers too)
 IMAGE = "us-docker.pkg.dev/my-project/qml-ray/qml-ray:0.1.0@sha256:" + "0123456789abcdef" * 4
-# The CPUs a local Ray started on this machine gives itself (its cgroup quota or CPU affinity).
-CPUS = get_num_cpus()
 RENDER = ("render", "--config", SMOKE, "--image", IMAGE, "--bucket", "my-bucket")
 
 
@@ -338,8 +335,9 @@ def test_mistake(tree, in_process, command, args, message, env, ray):
     assert snapshot(tree["tmp"]) == before
 
 
-def test_more_workers_than_the_cluster_can_place_fails_at_once(tmp_path):
-    done = run_command("train", "--config", SMOKE, "--workers", CPUS + 1, "--storage", tmp_path, timeout=120)
+def test_more_workers_than_the_cluster_can_place_fails_at_once(tmp_path, shared_ray):
+    options = ("--workers", CPUS + 1, "--storage", tmp_path, "--address", shared_ray)
+    done = run_command("train", "--config", SMOKE, *options, timeout=120)
     assert_usage_error(
         done,
         f"the Ray cluster ({CPUS} CPUs) can place {CPUS} process(es) of 1 CPU(s), "
@@ -348,8 +346,8 @@ def test_more_workers_than_the_cluster_can_place_fails_at_once(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_capacity_that_never_comes_fails_after_the_timeout(tmp_path):
-    options = ("--workers", 1, "--cpus-per-worker", CPUS + 1, "--capacity-timeout", 3)
+def test_capacity_that_never_comes_fails_after_the_timeout(tmp_path, shared_ray):
+    options = ("--workers", 1, "--cpus-per-worker", CPUS + 1, "--capacity-timeout", 3, "--address", shared_ray)
     done = run_command("train", "--config", SMOKE, *options, "--storage", tmp_path, timeout=120)
     assert_usage_error(done, f"can place 0 process(es) of {CPUS + 1} CPU(s), not 1 training workers after 3 s")
     assert "waiting for the cluster to grow: 0 of 1 training workers placeable" in done.stdout
@@ -416,7 +414,7 @@ def test_infer_with_missing_corrupt_or_mismatched_weights(run_copy, damage, mess
     assert not (run_copy / storage.PREDICTIONS).exists()
 
 
-def test_a_bad_row_met_by_the_actors_is_one_line_naming_it(run_copy):
+def test_a_bad_row_met_by_the_actors_is_one_line_naming_it(run_copy, shared_ray):
     """The driver checks the data's first row; a bad row after it stops the actors with one line."""
     table = pq.read_table(run_copy / storage.DATA / "test.parquet")
     circuits = table.column("circuit").to_pylist()
@@ -424,7 +422,7 @@ def test_a_bad_row_met_by_the_actors_is_one_line_naming_it(run_copy):
     bad = table.set_column(table.schema.get_field_index("circuit"), "circuit", pa.array(circuits, pa.binary()))
     pq.write_table(bad, run_copy.parent / "bad.parquet")
     before = snapshot(run_copy.parent)
-    data = ("--data", run_copy.parent / "bad.parquet", "--batch-size", 4)
+    data = ("--data", run_copy.parent / "bad.parquet", "--batch-size", 4, "--address", shared_ray)
     done = run_command("infer", "--run", run_copy, *data, timeout=MISTAKE_SECONDS)
     assert_usage_error(done, f"error: the circuit of row id {table['id'][5]} is not a serialized TFQ circuit")
     assert snapshot(run_copy.parent) == before
@@ -437,22 +435,22 @@ def damage_pages(path: Path) -> None:
     path.write_bytes(content[:4] + b"\xff" * (len(content) - footer - 4) + content[-footer:])
 
 
-def test_data_whose_rows_cannot_be_read_is_one_line(run_copy):
+def test_data_whose_rows_cannot_be_read_is_one_line(run_copy, shared_ray):
     damage_pages(run_copy / "data" / "train.parquet")  # its footer is whole: reading its rows fails
     files = lambda: {path: stat for path, stat in snapshot(run_copy).items() if path.is_file()}  # noqa: E731
     before = files()  # (the run's folder itself changes: the command claims it while it reads)
-    more = ("--epochs", config_lib.of_run(str(run_copy)).epochs + 2)
+    more = ("--epochs", config_lib.of_run(str(run_copy)).epochs + 2, "--address", shared_ray)
     done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", *more)
     assert_usage_error(done, f"cannot read {run_copy / 'data' / 'train.parquet'} as Parquet")
     assert files() == before
 
 
-def test_training_that_keeps_failing_says_how_to_continue(run_copy):
+def test_training_that_keeps_failing_says_how_to_continue(run_copy, shared_ray):
     train = run_copy / "data" / "train.parquet"
     table = pq.read_table(train)  # a circuit no worker can parse: every attempt fails at its step
     circuits = [b"garbage", *table.column("circuit").to_pylist()[1:]]
     pq.write_table(table.set_column(table.schema.get_field_index("circuit"), "circuit", pa.array(circuits)), train)
-    more = ("--epochs", config_lib.of_run(str(run_copy)).epochs + 2, "--max-failures", 0)
+    more = ("--epochs", config_lib.of_run(str(run_copy)).epochs + 2, "--max-failures", 0, "--address", shared_ray)
     done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", *more)
     assert done.returncode == 1
     lines = done.stderr.splitlines()  # Ray's forwarded worker logs may come in between
@@ -473,13 +471,14 @@ def test_error_text_is_one_bounded_line():
         ("mymodels:tiny", "wide-labels", "the data's labels hold 3 value(s) per circuit"),
     ],
 )
-def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, model, data, message):
+def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_ray, model, data, message):
     """What the driver cannot see without importing the model (and TensorFlow): the workers report
     it, the command ends in one line, and the run it started is removed."""
     (tree["tmp"] / "runs").mkdir()
     before = snapshot(tree["tmp"])
     data = tree["data"] / f"{data}.parquet"
     options = ("--workers", 1, "--epochs", 1, "--storage", tree["tmp"] / "runs", "--name", "wrong")
+    options += ("--address", shared_ray)
     done = run_command(
         "train",
         *("--model", model, "--data", data, "--validation-data", data, *options),

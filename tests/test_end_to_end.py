@@ -73,11 +73,11 @@ def test_inference_equals_in_process_prediction(trained_run):
     assert [line.split()[0] for line in lines] == ["predicted", "loss"], lines
 
 
-def test_resume_continues_the_epoch_counter(trained_run, tmp_path):
+def test_resume_continues_the_epoch_counter(trained_run, tmp_path, shared_ray):
     run = tmp_path / "tutorial"
     shutil.copytree(trained_run.path, run)
     resume = ("--name", "tutorial", "--resume", "--epochs", EPOCHS + 2, "--verbose")  # and Ray's logs shown
-    done = run_command("train", "--storage", tmp_path, *resume)
+    done = run_command("train", "--storage", tmp_path, *resume, "--address", shared_ray)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
     assert f"continuing from the checkpoint of epoch {EPOCHS}\n" in done.stdout

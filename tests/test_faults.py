@@ -336,10 +336,11 @@ def test_a_full_disk_stops_training_at_once_naming_it(small_disk, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def named_run(tmp_path_factory) -> Path:
+def named_run(tmp_path_factory, shared_cluster) -> Path:
     """A smoke run of 4 epochs (checkpoints after 2 and 4) named in Chinese."""
     storage_folder = tmp_path_factory.mktemp("named")
     options = ("--epochs", 4, "--checkpoint-every", 2, "--storage", storage_folder, "--name", "测试-run")
+    options += ("--address", shared_cluster.address)
     done = run_command("train", "--config", SMOKE, *options)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stdout + done.stderr
@@ -372,9 +373,10 @@ def run_copy(named_run, tmp_path) -> Path:
     return Path(shutil.copytree(named_run, tmp_path / named_run.name))
 
 
-def test_resume_skips_a_damaged_newest_checkpoint(run_copy):
+def test_resume_skips_a_damaged_newest_checkpoint(run_copy, shared_ray):
     truncate(run_copy / "checkpoints" / "epoch-00004" / "qcnn.data-00000-of-00001")
-    done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", "--epochs", 6)
+    resume = ("--name", run_copy.name, "--resume", "--epochs", 6, "--address", shared_ray)
+    done = run_command("train", "--storage", run_copy.parent, *resume)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"skipping the damaged checkpoint {run_copy}/checkpoints/epoch-00004: qcnn.data" in done.stdout
     assert "continuing from the checkpoint of epoch 2" in done.stdout

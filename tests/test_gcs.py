@@ -24,14 +24,15 @@ def blob_names(prefix: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def gcs_run(gcs_server) -> str:
-    done = run_command("train", "--config", SMOKE, "--storage", f"gs://{BUCKET}/runs", "--name", "smoke")
+def gcs_run(gcs_server, shared_cluster) -> str:
+    options = ("--storage", f"gs://{BUCKET}/runs", "--name", "smoke", "--address", shared_cluster.address)
+    done = run_command("train", "--config", SMOKE, *options)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(e, EPOCHS) for e in range(1, EPOCHS + 1)]
     return f"gs://{BUCKET}/runs/smoke"
 
 
-def test_every_artifact_of_a_run_is_in_the_bucket(gcs_run):
+def test_every_artifact_of_a_run_is_in_the_bucket(gcs_run, shared_ray):
     names = blob_names("runs/smoke/")
     for expected in [
         "config.yaml",
@@ -52,8 +53,8 @@ def test_every_artifact_of_a_run_is_in_the_bucket(gcs_run):
     assert history["val_accuracy"].iloc[-1] >= 0.75
 
 
-def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run):
-    done = run_command("infer", "--run", gcs_run)
+def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run, shared_ray):
+    done = run_command("infer", "--run", gcs_run, "--address", shared_ray)
     assert done.returncode == 0, done.stderr[-3000:]
     out = re.search(r"predictions in (\S+)", done.stdout).group(1)
     assert out.startswith(f"{gcs_run}/predictions/")
@@ -70,13 +71,12 @@ def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run):
     assert not np.allclose(untrained(circuits).numpy()[:, 0], expected, atol=1e-3)
 
 
-def test_resume_from_a_gcs_checkpoint(gcs_run):
+def test_resume_from_a_gcs_checkpoint(gcs_run, shared_ray):
     for name in [n for n in blob_names("runs/smoke/") if n and not n.endswith("/")]:  # no folder markers
         content = storage.read_bytes(f"{gcs_run}/{name}")
         storage.write_bytes(f"gs://{BUCKET}/runs/resumed/{name}", content)
-    done = run_command(
-        "train", "--storage", f"gs://{BUCKET}/runs", "--name", "resumed", "--resume", "--epochs", EPOCHS + 2
-    )
+    resume = ("--name", "resumed", "--resume", "--epochs", EPOCHS + 2, "--address", shared_ray)
+    done = run_command("train", "--storage", f"gs://{BUCKET}/runs", *resume)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
     history = pd.read_csv(io.StringIO(storage.read_text(f"gs://{BUCKET}/runs/resumed/metrics.csv")))

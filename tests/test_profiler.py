@@ -9,11 +9,11 @@ import time
 from conftest import ROOT, SMOKE, command_env, free_port
 
 
-def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path):
+def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_ray):
     port = free_port()  # the two workers on this node serve on port and port + 1
     run = tmp_path / "profiled"
     command = [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "20"]
-    profiling = ["--profile-steps", "2,3", "--profiler-port", str(port)]
+    profiling = ["--profile-steps", "2,3", "--profiler-port", str(port), "--address", shared_ray]
     with open(tmp_path / "train.log", "w") as log:
         training = subprocess.Popen(
             [*command, *profiling, "--storage", str(tmp_path), "--name", run.name],

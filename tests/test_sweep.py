@@ -16,7 +16,7 @@ import pytest
 from qml_ray import config as config_lib
 from qml_ray.errors import UsageError
 
-from conftest import ROOT, SMOKE, command_env, ray_cli, run_command, submit
+from conftest import ROOT, SMOKE, command_env, ray_cli, run_command, session_processes, submit
 from test_bad_input import CPUS, assert_usage_error
 
 EPOCHS = 4  # the smoke config's 6, shortened: checkpoints at epochs 2 and 4
@@ -46,19 +46,6 @@ def epochs_done(run: Path) -> int:
         return len(pd.read_csv(run / "metrics.csv"))
     except (FileNotFoundError, pd.errors.EmptyDataError):
         return 0
-
-
-def session_processes(session: int) -> list[int]:
-    """The running processes of a session (a process group started with start_new_session)."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[3]) == session and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
 
 
 def test_resume_after_the_sweep_is_killed(tmp_path):

@@ -27,11 +27,12 @@ def all_rows(project: Path) -> pd.DataFrame:
     return pq.read_table(project / "data").to_pandas()
 
 
-def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp_path):
+def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp_path, shared_ray):
     project = user_project
     notes = tmp_path / "notes"
     notes.mkdir()
     options = ("--data", "data", "--workers", 2, "--batch-size", 8, "--epochs", 1, "--seed", SEED)
+    options += ("--address", shared_ray)
     done = run_command(
         "train",
         "--model",
@@ -70,7 +71,7 @@ def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp
     # Resumed for two more epochs, kept in memory (as a small data set is by default): each worker
     # reads its shard once and trains on it again in another order; then inferred over the held-out
     # rows (the default) and a file.
-    resume = ("--resume", "--epochs", 3, "--data-in-memory-mb", 1)
+    resume = ("--resume", "--epochs", 3, "--data-in-memory-mb", 1, "--address", shared_ray)
     done = run_command("train", "--storage", tmp_path / "runs", "--name", "mine", *resume, cwd=project)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     history = pd.read_csv(run / storage.HISTORY)
@@ -81,7 +82,7 @@ def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp
     for second, third in epochs:
         assert len(third) == rows_per_worker and set(second) == set(third) and second != third
     assert not set(epochs[0][0]) & set(epochs[1][0]) and set(epochs[0][0]) | set(epochs[1][0]) <= training
-    done = run_command("infer", "--run", run, cwd=project)
+    done = run_command("infer", "--run", run, "--address", shared_ray, cwd=project)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [out] = (run / storage.PREDICTIONS).iterdir()
     predicted = pq.read_table(out).to_pandas()
@@ -90,7 +91,7 @@ def test_a_users_model_trains_on_shards_of_its_data_and_infers(user_project, tmp
     assert done.stdout.splitlines()[-1].startswith("loss ")
 
 
-def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path):
+def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path, shared_ray):
     project = user_project
     import qml_ray
 
@@ -109,7 +110,13 @@ def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path):
 
     try:
         trained = qml_ray.fit(
-            model=tiny, data=str(project / "data"), workers=2, epochs=2, storage=str(tmp_path), name="fitted"
+            model=tiny,
+            data=str(project / "data"),
+            workers=2,
+            epochs=2,
+            storage=str(tmp_path),
+            name="fitted",
+            address=shared_ray,
         )
         assert trained.run == str(tmp_path / "fitted")
         assert {"loss", "mae", "val_loss", "val_mae"} <= set(trained.metrics)
@@ -121,27 +128,29 @@ def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path):
     assert storage.is_complete(out)
 
 
-def test_the_classifier_example_trains_on_two_workers_and_infers(tmp_path):
+def test_the_classifier_example_trains_on_two_workers_and_infers(tmp_path, shared_ray):
     from examples import hea_classifier
 
     hea_classifier.make_data(str(tmp_path / "data"))
     options = ("--workers", 2, "--epochs", 6, "--batch-size", 16, "--storage", tmp_path / "runs", "--name", "hea")
+    options += ("--address", shared_ray)
     done = run_command("train", "--model", "examples.hea_classifier:classifier", "--data", tmp_path / "data", *options)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     history = pd.read_csv(tmp_path / "runs" / "hea" / storage.HISTORY)
     assert history["loss"].iloc[-1] < history["loss"].iloc[0] and "val_accuracy" in history
-    done = run_command("infer", "--run", tmp_path / "runs" / "hea", "--data", tmp_path / "data")
+    inference = ("--run", tmp_path / "runs" / "hea", "--data", tmp_path / "data", "--address", shared_ray)
+    done = run_command("infer", *inference)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.fullmatch(r"loss \d\.\d+  accuracy \d\.\d+", done.stdout.splitlines()[-1])
 
 
-def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_best(tmp_path):
+def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_best(tmp_path, shared_ray):
     """Ray Tune trials of a user's model, on 2 workers each: one per value of one of its own parameters."""
     from examples import regression
 
     regression.make_data(str(tmp_path / "data"))
     options = ("--data", tmp_path / "data", "--grid", "param.readout_layers=1,2", "--workers", 2, "--epochs", 4)
-    options += ("--batch-size", 16)
+    options += ("--batch-size", 16, "--address", shared_ray)
     done = run_command(
         "sweep", "--model", "examples.regression:regressor", *options, "--storage", tmp_path, "--name", "layers"
     )
@@ -154,6 +163,6 @@ def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_bes
     for run in table["run"]:
         history = pd.read_csv(Path(run) / storage.HISTORY)
         assert "val_mae" in history and history["loss"].iloc[-1] < history["loss"].iloc[0]
-    done = run_command("infer", "--run", table["run"].iloc[0], "--data", tmp_path / "data")
+    done = run_command("infer", "--run", table["run"].iloc[0], "--data", tmp_path / "data", "--address", shared_ray)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.fullmatch(r"loss \d\.\d+  mae \d\.\d+", done.stdout.splitlines()[-1])
