@@ -311,8 +311,15 @@ def shared_ray(shared_cluster) -> str:
 
 
 IDLE_SECONDS = 30
-# Ray's detached actors that serve the whole cluster, one of each, started by the first run that needs it.
-SERVICES = {"TrainStateActor", "_AutoscalingCoordinatorActor"}
+# Ray's detached actors that serve the whole cluster (Ray Train's and Ray Data's), one of each, started
+# by the first run that needs it.
+SERVICES = {
+    "TrainStateActor",
+    "_AutoscalingCoordinatorActor",
+    "_StatsActor",
+    "_UsageCollectionActor",
+    "ActorLocationTracker",
+}
 
 
 def session_processes(session: int) -> list[int]:
