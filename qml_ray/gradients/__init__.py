@@ -10,6 +10,7 @@ circuits than threads, each circuit's passes shared between the threads left ove
 
 import collections
 import concurrent.futures
+import functools
 import os
 import threading
 
@@ -30,9 +31,10 @@ SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share betwe
 def default_threads() -> int:
     """TensorFlow's intra-op pool size if set (qml_ray's workers set it to their CPUs), else the
     CPUs this process may run on."""
-    return int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0) or len(os.sched_getaffinity(0))
+    return int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0) or sharing_threads()
 
 
+@functools.cache
 def sharing_threads() -> int:
     """The most threads one circuit's passes may share: the CPUs this process may run on."""
     return len(os.sched_getaffinity(0))
