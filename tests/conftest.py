@@ -255,10 +255,13 @@ def shared_cluster():
     from qml_ray.runtime import LOCAL_RAY_SETTINGS
 
     temp = Path(tempfile.mkdtemp(prefix="qml-ray-", dir="/tmp"))  # short: Ray's socket paths are bounded
-    port, dashboard = free_port(), free_port()
+    port, dashboard, agent = free_port(), free_port(), free_port()
     env = command_env(RAY_AUTH_MODE="disabled", RAY_prestart_worker_first_driver="0", **LOCAL_RAY_SETTINGS)
     head = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--port", str(port), "--num-cpus", str(CPUS)]
     head += ["--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), "--temp-dir", str(temp)]
+    # Ray's default agent port (52365) stays free for the multi-node clusters' heads: jobs are
+    # submitted through the head's agent, which has none if another Ray holds that port.
+    head += ["--dashboard-agent-listen-port", str(agent)]
     with open(temp / "head.log", "w") as log:  # the head keeps its copy
         process = subprocess.Popen(head, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
