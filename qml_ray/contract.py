@@ -190,8 +190,16 @@ def resolve(model: str | Callable) -> Callable:
 
 
 def build(config, model: str | Callable | None = None):
-    """The compiled model, from `model` (default: the config's); call inside the strategy's scope."""
+    """The compiled model, from `model` (default: the config's), with its quantum gradients as the
+    config's `differentiator` says; call inside the strategy's scope."""
+    return build_with_gradients(config, model)[0]
+
+
+def build_with_gradients(config, model: str | Callable | None = None) -> tuple:
+    """`build`'s model, and the quantum gradient each of its TFQ layers got (quantum_layers.Gradient)."""
     import tensorflow as tf
+
+    from qml_ray import quantum_layers
 
     function = resolve(model or config.model)
     takes = _of_parameters(inspect.signature(function).parameters.values())
@@ -208,4 +216,4 @@ def build(config, model: str | Callable | None = None):
         )
     if built.optimizer is None or not built._is_compiled:
         raise ModelError(f"the model function {config.model} returned a model that is not compiled: call compile()")
-    return built
+    return built, quantum_layers.gradients(built, config.differentiator)

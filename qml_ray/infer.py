@@ -58,12 +58,10 @@ def with_weights(model, run: str):
 
 
 def model_qubits(model) -> list:
-    """The qubits of the model's parameterised circuits (TFQ's PQC layers keep theirs as
-    `_model_circuit`); empty when it has none such."""
-    import tensorflow_quantum as tfq
+    """The qubits of the circuits the model's TFQ layers hold; empty when it has none such."""
+    from qml_ray import quantum_layers
 
-    circuits = [layer._model_circuit for layer in model.layers if hasattr(layer, "_model_circuit")]
-    return sorted({qubit for tensor in circuits for qubit in tfq.from_tensor(tensor)[0].all_qubits()})
+    return sorted(quantum_layers.qubits(model))
 
 
 def circuit_problem(serialized, qubits: list) -> str | None:
@@ -86,15 +84,16 @@ def circuit_problem(serialized, qubits: list) -> str | None:
     return None
 
 
-def check_data(data_path: str, source: datasets.Source, model) -> None:
-    """Fail in one line unless the first row of `data_path` (described by `source`) is a circuit
-    `model` can take (the actors check every row), and its labels, if any, fit the model's output."""
+def check_data(data_path: str, source: datasets.Source, model) -> bytes:
+    """The first row's circuit of `data_path` (described by `source`); fail in one line unless it is a
+    circuit `model` can take (the actors check every row), and its labels, if any, fit the model's output."""
     import pyarrow.dataset as ds
 
     first_file = next(path for path, _, rows in source.files if rows)
     filesystem, path = storage.pyarrow_filesystem(first_file)
     first = ds.dataset(path, format="parquet", filesystem=filesystem).head(1, columns=["circuit"]).column(0)
-    problem = circuit_problem(first.to_pylist()[0], model_qubits(model))
+    circuit = first.to_pylist()[0]
+    problem = circuit_problem(circuit, model_qubits(model))
     if problem:
         raise UsageError(f"the circuit of the first row of {data_path} is {problem}")
     outputs = model.output_shape[1:] or (1,)
@@ -102,6 +101,7 @@ def check_data(data_path: str, source: datasets.Source, model) -> None:
         raise UsageError(
             f"the labels of {data_path} hold {source.label_width} value(s) per circuit, the model outputs {outputs[0]}"
         )
+    return circuit
 
 
 PROBLEM = "problem"  # the actors' column of what is wrong with a row's circuit (empty: nothing)
@@ -205,9 +205,10 @@ def infer(
     source = datasets.describe(data, needs_label=False) if data else None
     splits = None if data else datasets.sources(config, run)
     with cli.native_stderr_hidden(not verbose):
+        from qml_ray import quantum_layers  # imports TensorFlow Quantum
+
         model = contract.build(config, contract.recorded(run))
-        if data:
-            check_data(data, source, model)
+        first = [check_data(data, source, model)] if data else []
         with_weights(model, run)  # fail here, in one line, rather than inside an actor
         runtime.connect(address, log_to_driver=verbose)
         runtime.quiet_ray_data(verbose)
@@ -218,9 +219,10 @@ def infer(
             "lower --actors",
             config.capacity_timeout,
         )
-        runtime.require_memory(
-            config_lib.state_bytes(config.qubits, 1),
-            f"an inference actor's state vectors ({config.qubits} qubits)",
+        runtime.require_state_memory(
+            len(quantum_layers.qubits(model, first)),
+            1,
+            "an inference actor",
             "run inference on a cluster with more memory per node",
         )
         rows = datasets.read(source) if data else datasets.splits(config, *splits)["validation"]

@@ -32,11 +32,8 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray.gradients import BlockAdjoint
-
 tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
 
-BLOCK_FROM_QUBITS = 6  # from here the block method is the faster per circuit; level at 4 (BENCHMARKS.md, 4)
 CONV_PARAMS = 15
 POOL_PARAMS = 6
 
@@ -114,15 +111,6 @@ def qcnn_circuit(qubits, layers: int) -> tuple[cirq.Circuit, list[cirq.GridQubit
     return circuit, active
 
 
-def quantum_gradient(name: str, qubits: int) -> tfq.differentiators.Differentiator:
-    """The quantum gradient `name`d: qml_ray's block-fused adjoint, TFQ's Adjoint, or (auto) the
-    block method from BLOCK_FROM_QUBITS qubits, TFQ's below (where the two are level)."""
-    chosen = name
-    if chosen == "auto":
-        chosen = "block" if qubits >= BLOCK_FROM_QUBITS else "tfq"
-    return BlockAdjoint() if chosen == "block" else tfq.differentiators.Adjoint()
-
-
 def sign_agreement(y_true, y_pred):
     """Per example, 1.0 where the predicted sign (>= 0 counts as +1) matches the label."""
     predicted = tf.where(y_pred >= 0, 1.0, -1.0)
@@ -133,21 +121,18 @@ def qcnn(
     qubits: int = 8,
     layers: int = 1,
     hidden_activation: str = "linear",
-    differentiator: str = "auto",
     learning_rate: float = 0.02,
     seed: int = 0,
 ) -> tf.keras.Model:
     """The hybrid QCNN, compiled with MSE, Adam and sign accuracy: qml_ray's default model function
-    (its parameters are config keys of the same names). Call inside a strategy scope."""
+    (its parameters are config keys of the same names); the contract gives its PQC layer the quantum
+    gradient the config's `differentiator` names. Call inside a strategy scope."""
     tf.keras.utils.set_random_seed(seed)
-    gradient = quantum_gradient(differentiator, qubits)
     qubits = qubits_for(qubits)
     model_circuit, readout_qubits = qcnn_circuit(qubits, layers)
     excitations = tf.keras.Input(shape=(), dtype=tf.string, name="circuit")
     prepared = tfq.layers.AddCircuit()(excitations, prepend=cluster_state_circuit(qubits))
-    readouts = tfq.layers.PQC(model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn", differentiator=gradient)(
-        prepared
-    )
+    readouts = tfq.layers.PQC(model_circuit, [cirq.Z(q) for q in readout_qubits], name="qcnn")(prepared)
     hidden = tf.keras.layers.Dense(8, activation=hidden_activation, name="dense_hidden")(readouts)
     output = tf.keras.layers.Dense(1, name="dense_output")(hidden)
     model = HybridQCNN(excitations, output, readouts)

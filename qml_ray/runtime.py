@@ -8,7 +8,7 @@ import time
 
 import ray
 
-from qml_ray import interrupts
+from qml_ray import config, interrupts
 from qml_ray.errors import UsageError
 
 # Seconds between Ray Train's polls of its workers (Ray's default: 2). A worker's ray.train.report
@@ -117,6 +117,13 @@ def require_memory(need: int, what: str, remedy: str) -> None:
             f"{what} need {need / 2**30:.3g} GiB of memory, more than the largest Ray node has "
             f"({largest / 2**30:.3g} GiB): {remedy}, or add larger nodes"
         )
+
+
+def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> None:
+    """`require_memory` for the state vectors of a process simulating `qubits` qubits on `threads`
+    threads (`config.state_bytes`); `what` names the process."""
+    need = config.state_bytes(qubits, threads)
+    require_memory(need, f"{what}'s state vectors ({qubits} qubits, {threads} thread(s))", remedy)
 
 
 def placeable_workers(cpus_per_worker: int) -> int:

@@ -47,6 +47,7 @@ def metric_names(columns) -> list[str]:
 
 TENSORBOARD = "tensorboard"  # per-epoch scalars and the readout histogram
 PREDICTIONS = "predictions"  # one folder of Parquet per inference run
+GRADIENTS = "gradients.json"  # the quantum gradient each TFQ layer of the model trained with
 COMPLETE = "_COMPLETE"  # marks a published folder as whole
 CHECKPOINT_LIST = "checkpoint_manager_snapshot.json"  # Ray Train's list of the checkpoints, in the run folder
 # A checkpoint (checkpoints/epoch-NNNNN/) and the weights folder hold:

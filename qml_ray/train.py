@@ -343,11 +343,10 @@ def train_claimed(
         "lower --workers or --cpus-per-worker",
         config.capacity_timeout,
     )
-    runtime.require_memory(
-        config_lib.state_bytes(config.qubits, config.cpus_per_worker),
-        f"a training worker's state vectors ({config.qubits} qubits, {config.cpus_per_worker} thread(s))",
-        "lower --qubits or --cpus-per-worker",
-    )
+    if config.model == config_lib.DEFAULT_MODEL:  # the QCNN's circuits are `qubits` wide: checked before writing
+        runtime.require_state_memory(
+            config.qubits, config.cpus_per_worker, "a training worker", "lower --qubits or --cpus-per-worker"
+        )
     storage.make_folder(run)
     print(f"run folder: {run}", flush=True)
     try:

@@ -12,21 +12,22 @@ unpickle `train_worker`, and has no use for TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import ray.train
 
-from qml_ray import contract, datasets, storage
+from qml_ray import contract, datasets, runtime, storage
 from qml_ray.checkpoints import whole
 from qml_ray.config import Config
+from qml_ray.errors import UsageError
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -34,12 +35,12 @@ if TYPE_CHECKING:
 SHUFFLE_ROWS = 10_000  # a worker shuffles its shard's rows within a buffer of this many (at least a batch)
 
 
-@dataclass
+@dataclasses.dataclass
 class Inputs:
     """A replica's data: makers of its own training and validation batches, the steps of one pass
-    over each, the circuits one epoch trains on (all workers together), and whether the batches
+    over each, the circuits one epoch trains on (all workers together), whether the batches
     repeat (held in memory: one `fit` serves every epoch) or are one pass, made anew every epoch
-    (streamed from Ray Data)."""
+    (streamed from Ray Data), and the first circuit of its training shard when held in memory."""
 
     train: Callable[[], tf.data.Dataset]
     validation: Callable[[], tf.data.Dataset]
@@ -47,6 +48,7 @@ class Inputs:
     validation_steps: int
     train_circuits: int
     repeat: bool
+    first_circuit: bytes | None = None
 
 
 def train_worker(params: dict) -> None:
@@ -81,7 +83,7 @@ def train_worker(params: dict) -> None:
                 model=params["model"] and contract.unpickled(params["model"]),
                 say=console.say if console else print,
             )
-    except contract.ModelError as err:  # every rank finds the same: the command ends, in one line
+    except UsageError as err:  # the model, or its size: every rank finds the same, the command ends in one line
         if console:
             console.stop(err)
         raise
@@ -114,7 +116,8 @@ def kept_inputs(config: Config, shards: dict, rows: dict, label_width: int, rank
         in_memory_batches(shards["train"], config.batch_size, label_width, config.seed + rank),
         in_memory_batches(shards["validation"], config.batch_size, label_width),
     )
-    return sized_inputs(config, (lambda: kept[0], lambda: kept[1]), rows, world_size, repeat=True)
+    inputs = sized_inputs(config, (lambda: kept[0], lambda: kept[1]), rows, world_size, repeat=True)
+    return dataclasses.replace(inputs, first_circuit=bytes(shards["train"]["circuit"][0]))
 
 
 def streamed_inputs(config: Config, rows: dict, label_width: int, rank: int, world_size: int) -> Inputs:
@@ -223,9 +226,13 @@ def train_replica(
     if config.profiler_port:
         tf.profiler.experimental.server.start(config.profiler_port + local_rank)
     with strategy.scope():
-        built = contract.build(config, model)
+        built, gradients = contract.build_with_gradients(config, model)
         require_outputs(built, label_width, config)
         built.optimizer.build(built.trainable_variables)  # so a checkpoint's slots restore now
+    if ray_train:
+        require_state_memory(built, inputs.first_circuit, config.cpus_per_worker)
+    if rank == 0:
+        record_gradients(run, config.differentiator, gradients, say)
     summaries_dir = tempfile.mkdtemp(prefix="tensorboard-") if rank == 0 else None
     done, step, rows = restore(built, checkpoint, summaries_dir)
     if rank == 0 and checkpoint is not None:  # a restart, or a resumed run
@@ -260,6 +267,23 @@ def fit_spans(done: int, step: int, epochs: int, repeat: bool) -> list[tuple[int
     spans = [(done, done + 1)] if step else []
     rest = done + 1 if step else done
     return spans + ([(rest, epochs)] if rest < epochs else [])
+
+
+def require_state_memory(model: tf.keras.Model, first_circuit: bytes | None, threads: int) -> None:
+    """A UsageError unless the cluster's largest node holds this worker's state vectors, sized from the
+    model's circuits and the first of its training shard (held in memory) together."""
+    from qml_ray import quantum_layers
+
+    qubits = len(quantum_layers.qubits(model, [first_circuit] if first_circuit else []))
+    runtime.require_state_memory(qubits, threads, "a training worker", "lower --cpus-per-worker")
+
+
+def record_gradients(run: str, differentiator: str, gradients: list, say: Callable[[str], None]) -> None:
+    """Say which quantum gradient each TFQ layer got, and record it in the run folder (gradients.json)."""
+    for gradient in gradients:
+        say(gradient.line())
+    record = {"differentiator": differentiator, "layers": [dataclasses.asdict(gradient) for gradient in gradients]}
+    storage.write_text(storage.join(run, storage.GRADIENTS), json.dumps(record, indent=1) + "\n")
 
 
 def require_outputs(model: tf.keras.Model, label_width: int, config: Config) -> None:
