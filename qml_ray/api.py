@@ -33,7 +33,7 @@ def fit(
     """Train as `python -m qml_ray.train` does: `config` a YAML file (default: the built-in
     defaults), `keys` config keys over it (params=... a dict), `model` a MODULE:FUNCTION or a
     callable; on the Ray this process has joined, else as `address` says."""
-    base = config_lib.asdict(config_lib.load(config) if config else config_lib.Config())
+    base = config_lib.given(config_lib.load(config)) if config else {}
     if isinstance(model, str):
         keys["model"] = model
     resolved = config_lib.from_mapping({**base, **keys})

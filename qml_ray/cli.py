@@ -127,9 +127,13 @@ def params_given(args: argparse.Namespace) -> dict:
 
 
 def config_from_args(args: argparse.Namespace) -> config_lib.Config:
-    """The config file (or defaults) with the flags applied on top."""
-    base = config_lib.asdict(config_lib.load(args.config) if args.config else config_lib.Config())
-    return config_lib.from_mapping({**base, **overrides(args), "params": {**base["params"], **params_given(args)}})
+    """The config file (or defaults) with the flags applied on top; the keys the file or the flags give
+    count as given (`config.given`)."""
+    base = config_lib.load(args.config) if args.config else config_lib.Config()
+    values, params = {**config_lib.given(base), **overrides(args)}, params_given(args)
+    if params:
+        values["params"] = {**base.params, **params}
+    return config_lib.from_mapping(values)
 
 
 def fail(error: Exception, status: int) -> None:

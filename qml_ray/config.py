@@ -157,7 +157,8 @@ class Config(pydantic.BaseModel):
         return steps[0], steps[-1]
 
     def replace(self, **changes) -> "Config":
-        return from_mapping({**asdict(self), **changes})
+        """This config with `changes`; the keys it was given and those changed count as given (`given`)."""
+        return from_mapping({**given(self), **changes})
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(asdict(self), sort_keys=False)
@@ -165,6 +166,12 @@ class Config(pydantic.BaseModel):
 
 def asdict(config: Config) -> dict:
     return config.model_dump()
+
+
+def given(config: Config) -> dict:
+    """The keys the config was given (a file's, the flags', keyword arguments'), a default's value too:
+    those a resumed run takes over its stored config."""
+    return {key: getattr(config, key) for key in config.model_fields_set}
 
 
 FIELDS = Config.model_fields

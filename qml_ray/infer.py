@@ -49,7 +49,7 @@ def with_weights(model, run: str):
         raise UsageError(f"no weights in {weights}: has the run finished training?")
     try:
         with storage.local_copy(weights) as folder:
-            model.load_weights(os.path.join(folder, storage.WEIGHTS_PREFIX)).expect_partial()
+            model.load_weights(storage.weights_in(folder)).expect_partial()
     except UsageError:
         raise
     except Exception as err:  # TF reports damaged or mismatched checkpoints with many error types
@@ -162,11 +162,16 @@ def without_bad_rows(predictions):
 
 
 def write_predictions(predictions, run: str) -> str:
-    """Write a new predictions folder, marked complete once every file is in."""
+    """Write a new predictions folder, marked complete once every file is in; a write that fails or is
+    interrupted (Ctrl-C, SIGTERM) removes the folder before the command ends: none is left half-written."""
     out = storage.join(run, storage.PREDICTIONS, time.strftime("%Y%m%d-%H%M%S"))
     filesystem, path = storage.pyarrow_filesystem(out)
-    predictions.write_parquet(path, filesystem=filesystem)
-    storage.mark_complete(out)
+    try:
+        predictions.write_parquet(path, filesystem=filesystem)
+        storage.mark_complete(out)
+    except BaseException:
+        storage.remove_folder(out)
+        raise
     return out
 
 

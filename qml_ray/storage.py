@@ -51,7 +51,8 @@ GRADIENTS = "gradients.json"  # the quantum gradient each TFQ layer of the model
 COMPLETE = "_COMPLETE"  # marks a published folder as whole
 CHECKPOINT_LIST = "checkpoint_manager_snapshot.json"  # Ray Train's list of the checkpoints, in the run folder
 # A checkpoint (checkpoints/epoch-NNNNN/) and the weights folder hold:
-WEIGHTS_PREFIX = "qcnn"  # the TensorFlow checkpoint of weights and optimizer state: qcnn.index, qcnn.data-*
+WEIGHTS_PREFIX = "model"  # the TensorFlow checkpoint of weights and optimizer state: model.index, model.data-*
+OLD_WEIGHTS_PREFIX = "qcnn"  # the prefix runs written before it was "model" have: they still load
 STATE_FILE = "state.json"  # epochs done and the metrics history
 # and a checkpoint holds rank 0's TensorBoard logs up to its epoch as one file: Ray Train's download of a
 # checkpoint from Cloud Storage does not recreate subfolders.
@@ -284,6 +285,14 @@ def mark_complete(folder: str) -> None:
 
 def is_complete(folder: str) -> bool:
     return exists(join(folder, COMPLETE))
+
+
+def weights_in(folder: str) -> str:
+    """The path (prefix) of the TensorFlow checkpoint in local `folder`: WEIGHTS_PREFIX's, or an older run's."""
+    for prefix in (WEIGHTS_PREFIX, OLD_WEIGHTS_PREFIX):
+        if os.path.exists(os.path.join(folder, f"{prefix}.index")):
+            return os.path.join(folder, prefix)
+    return os.path.join(folder, WEIGHTS_PREFIX)
 
 
 def pyarrow_filesystem(path: str):

@@ -65,7 +65,9 @@ def parse_args(argv=None):
         "--resume",
         action="store_true",
         help="continue run --name from its latest checkpoint to the configured epochs, "
-        "or start it if it does not exist yet (so a rerun after a crash continues)",
+        "or start it if it does not exist yet (so a rerun after a crash continues); the run's stored config "
+        "holds but for the keys given as flags or in --config's file, which win even at their default value "
+        "(--epochs 50 sets a run trained to 60 back to 50)",
     )
     cli.add_address_flag(parser)
     cli.add_verbose_flag(parser)
@@ -86,8 +88,8 @@ def run_exists(run: str) -> UsageError:
 
 def resolve_run(requested: config_lib.Config, run: str, resume: bool, found: bool) -> tuple[config_lib.Config, bool]:
     """The config to train with, and whether training continues the stored run (`found`: the run
-    folder is there). Resuming, the stored config is taken with `requested`'s keys that differ from
-    the defaults."""
+    folder is there). Resuming, the stored config is taken with the keys `requested` was given
+    (`config.given`: the flags, the --config file's keys), a default's value too."""
     if not resume:
         if found:
             raise run_exists(run)
@@ -102,9 +104,7 @@ def resolve_run(requested: config_lib.Config, run: str, resume: bool, found: boo
             "or start a new run"
         )
     stored = config_lib.asdict(config_lib.of_run(run))
-    defaults = config_lib.asdict(config_lib.Config())
-    given = {key: value for key, value in config_lib.asdict(requested).items() if value != defaults[key]}
-    resumed = config_lib.from_mapping({**stored, **given})
+    resumed = config_lib.from_mapping({**stored, **config_lib.given(requested)})
     changed = [key for key in FIXED_ON_RESUME if getattr(resumed, key) != stored[key]]
     if changed:
         raise UsageError(f"cannot resume {run} with another {', '.join(changed)}: they define its data and model")

@@ -306,7 +306,7 @@ def restore(
     checkpoint = whole(checkpoint)  # Ray Train's latest, or the newest whole one before it
     with tempfile.TemporaryDirectory() as folder:  # per worker: as_directory() is shared on a node
         checkpoint.to_directory(folder)
-        model.load_weights(os.path.join(folder, storage.WEIGHTS_PREFIX))
+        model.load_weights(storage.weights_in(folder))
         with open(os.path.join(folder, storage.STATE_FILE)) as f:
             state = json.load(f)
         if summaries_dir:

@@ -390,7 +390,7 @@ def remove_weights(run: Path) -> None:
 
 
 def corrupt_weights(run: Path) -> None:
-    data_file = next((run / storage.WEIGHTS).glob("qcnn.data-*"))
+    data_file = next((run / storage.WEIGHTS).glob("model.data-*"))
     data_file.write_bytes(b"\x00garbage" * 16)
 
 

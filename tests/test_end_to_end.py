@@ -31,7 +31,7 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
 
     assert config_lib.of_run(str(run)) == config_lib.load(TUTORIAL).replace(storage=str(run.parent))
     assert {p.name for p in (run / "data").iterdir()} == {"train.parquet", "test.parquet"}
-    assert (run / "weights" / "qcnn.index").is_file()
+    assert (run / "weights" / "model.index").is_file()
     every = config_lib.load(TUTORIAL).checkpoint_every
     assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == [
         f"epoch-{epoch:05d}" for epoch in range(every, EPOCHS + 1, every)

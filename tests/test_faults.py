@@ -362,7 +362,7 @@ def truncate(file: Path) -> None:
 
 
 DAMAGES = {  # each way a checkpoint is found damaged, and the reason given
-    "truncated": (lambda folder: truncate(folder / "qcnn.index"), "qcnn.index has"),
+    "truncated": (lambda folder: truncate(folder / "model.index"), "model.index has"),
     "missing-file": (lambda folder: (folder / storage.STATE_FILE).unlink(), "state.json is missing"),
     "missing-manifest": (lambda folder: (folder / checkpoints.MANIFEST).unlink(), "no manifest.json"),
 }
@@ -374,11 +374,11 @@ def run_copy(named_run, tmp_path) -> Path:
 
 
 def test_resume_skips_a_damaged_newest_checkpoint(run_copy, shared_ray):
-    truncate(run_copy / "checkpoints" / "epoch-00004" / "qcnn.data-00000-of-00001")
+    truncate(run_copy / "checkpoints" / "epoch-00004" / "model.data-00000-of-00001")
     resume = ("--name", run_copy.name, "--resume", "--epochs", 6, "--address", shared_ray)
     done = run_command("train", "--storage", run_copy.parent, *resume)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert f"skipping the damaged checkpoint {run_copy}/checkpoints/epoch-00004: qcnn.data" in done.stdout
+    assert f"skipping the damaged checkpoint {run_copy}/checkpoints/epoch-00004: model.data" in done.stdout
     assert "continuing from the checkpoint of epoch 2" in done.stdout
     assert "Unable to register" not in done.stderr  # TensorFlow's native start-up lines stay off the console
     assert [int(row.split(",")[0]) for row in (run_copy / "metrics.csv").read_text().splitlines()[1:]] == [

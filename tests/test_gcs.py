@@ -39,11 +39,11 @@ def test_every_artifact_of_a_run_is_in_the_bucket(gcs_run, shared_ray):
         "data/train.parquet",
         "data/test.parquet",
         "metrics.csv",
-        "weights/qcnn.index",
-        "weights/qcnn.data-00000-of-00001",
+        "weights/model.index",
+        "weights/model.data-00000-of-00001",
         "weights/state.json",
         "weights/_COMPLETE",
-        "checkpoints/epoch-00002/qcnn.index",
+        "checkpoints/epoch-00002/model.index",
         "checkpoints/epoch-00006/state.json",
     ]:
         assert expected in names, names
@@ -81,7 +81,7 @@ def test_resume_from_a_gcs_checkpoint(gcs_run, shared_ray):
     assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
     history = pd.read_csv(io.StringIO(storage.read_text(f"gs://{BUCKET}/runs/resumed/metrics.csv")))
     assert history["epoch"].tolist() == list(range(1, EPOCHS + 3))
-    assert "checkpoints/epoch-00008/qcnn.index" in blob_names("runs/resumed/")
+    assert "checkpoints/epoch-00008/model.index" in blob_names("runs/resumed/")
 
 
 @pytest.mark.parametrize(
