@@ -68,7 +68,10 @@ class Config(pydantic.BaseModel):
         "", "Parquet file or folder to validate on; empty: test_fraction of the rows of `data`, split by seed"
     )
     qubits: Whole = _key(
-        8, f"qubits of the cluster state the circuits run on (4..{MAX_QUBITS}; odd counts too)", ge=4, le=MAX_QUBITS
+        8,
+        f"the built-in QCNN's qubits: of the cluster state its circuits run on (4..{MAX_QUBITS}; odd counts too)",
+        ge=4,
+        le=MAX_QUBITS,
     )
     layers: Whole = _key(1, "quantum convolution + pooling layers, from 1 to what the qubits allow (3 for 8 qubits)")
     examples: Whole = _key(160, "excitation circuits in the data set, training and test together (at least 10)", ge=10)
@@ -84,8 +87,10 @@ class Config(pydantic.BaseModel):
     )
     differentiator: Literal["auto", "block", "tfq"] = _key(
         "auto",
-        "quantum gradient: block (qml_ray's block-fused adjoint), tfq (TFQ's "
-        "Adjoint), or auto: block from 6 qubits, tfq below",
+        "quantum gradient of every TFQ expectation layer of the model (PQC, ControlledPQC, Expectation): "
+        "auto: qml_ray's block-fused adjoint (BlockAdjoint) where the layer uses TFQ's Adjoint, keeping a "
+        "differentiator the model chose, a sampled layer's, and TFQ's where the block method cannot take the "
+        "circuit (one warning line); block: BlockAdjoint for every layer, or one error; tfq: as the model built it",
     )
     data_in_memory_mb: Whole = _key(
         256,

@@ -1,5 +1,6 @@
 """The whole mission on one machine: 2-worker Ray Train training, resume, Ray Data inference."""
 
+import json
 import re
 import shutil
 
@@ -37,12 +38,17 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
         f"epoch-{epoch:05d}" for epoch in range(every, EPOCHS + 1, every)
     ]
     assert (run / "weights" / "_COMPLETE").is_file() and not list(run.rglob(".tmp-*"))
+    record = json.loads((run / storage.GRADIENTS).read_text())
+    assert record["differentiator"] == "auto" and [(g["layer"], g["gradient"]) for g in record["layers"]] == [
+        ("qcnn", "BlockAdjoint")
+    ]
 
 
 def test_console_shows_one_line_per_epoch_and_nothing_of_ray_or_tensorflow(trained_run):
     assert epoch_lines(trained_run.output) == [(e, EPOCHS) for e in range(1, EPOCHS + 1)]
     lines = trained_run.output.splitlines()  # stdout and stderr
     assert len(lines) <= EPOCHS + 10, lines
+    assert "quantum gradient of layer qcnn (PQC): BlockAdjoint (differentiator auto, for Adjoint)" in lines[:3]
     assert not [line for line in lines if re.search(r"pid=|E0000|WARNING|INFO|Reporting training result", line)]
 
 

@@ -2,6 +2,7 @@
 qml_ray.fit, streamed to the workers by Ray Data in shards, then inferred; and the two examples."""
 
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -21,6 +22,13 @@ TEST_FRACTION = 0.25
 
 def circuit_hash(circuit: bytes) -> str:
     return hashlib.sha1(circuit).hexdigest()
+
+
+def gradients_of(run: Path) -> list[tuple[str, str]]:
+    """(layer, gradient) of each TFQ layer, as the run recorded them."""
+    return [
+        (layer["layer"], layer["gradient"]) for layer in json.loads((run / storage.GRADIENTS).read_text())["layers"]
+    ]
 
 
 def all_rows(project: Path) -> pd.DataFrame:
@@ -138,6 +146,8 @@ def test_the_classifier_example_trains_on_two_workers_and_infers(tmp_path, share
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     history = pd.read_csv(tmp_path / "runs" / "hea" / storage.HISTORY)
     assert history["loss"].iloc[-1] < history["loss"].iloc[0] and "val_accuracy" in history
+    assert gradients_of(tmp_path / "runs" / "hea") == [("pqc", "BlockAdjoint")]  # differentiator auto, the default
+    assert "quantum gradient of layer pqc (PQC): BlockAdjoint (differentiator auto, for Adjoint)" in done.stdout
     inference = ("--run", tmp_path / "runs" / "hea", "--data", tmp_path / "data", "--address", shared_ray)
     done = run_command("infer", *inference)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -163,6 +173,7 @@ def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_bes
     for run in table["run"]:
         history = pd.read_csv(Path(run) / storage.HISTORY)
         assert "val_mae" in history and history["loss"].iloc[-1] < history["loss"].iloc[0]
+        assert gradients_of(Path(run)) == [("pqc", "BlockAdjoint")]
     done = run_command("infer", "--run", table["run"].iloc[0], "--data", tmp_path / "data", "--address", shared_ray)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.fullmatch(r"loss \d\.\d+  mae \d\.\d+", done.stdout.splitlines()[-1])

@@ -1,0 +1,131 @@
+"""The quantum gradient each TFQ layer of any model gets from the config's `differentiator`, built in
+this process (real TFQ): the examples' gradients through the block method against TFQ's Adjoint, a
+differentiator the model chose, a noise channel, and `block` where it cannot be had."""
+
+import importlib
+import inspect
+import json
+
+import cirq
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import sympy
+import tensorflow as tf
+import tensorflow_quantum as tfq
+
+from qml_ray import config as config_lib, contract, storage
+from qml_ray.worker import record_gradients
+
+from conftest import run_command
+
+BATCH = 16
+QUBITS = cirq.LineQubit.range(2)
+ANGLE = sympy.Symbol("angle")
+
+
+def built(model, differentiator: str) -> tuple:
+    """The model (a MODULE:FUNCTION or a function) as the contract builds it, and its gradients."""
+    config = config_lib.Config(differentiator=differentiator)
+    if isinstance(model, str):
+        return contract.build_with_gradients(config.replace(model=model))
+    return contract.build_with_gradients(config, model)
+
+
+def loss_gradients(model, circuits, labels) -> list[np.ndarray]:
+    with tf.GradientTape() as tape:
+        loss = model.compiled_loss(labels, model(circuits, training=True))
+    return [gradient.numpy() for gradient in tape.gradient(loss, model.trainable_variables)]
+
+
+@pytest.mark.parametrize(
+    "example, spec",
+    [("hea_classifier", "examples.hea_classifier:classifier"), ("regression", "examples.regression:regressor")],
+)
+def test_the_examples_get_the_block_gradient_and_it_matches_tfqs_adjoint(example, spec, tmp_path):
+    importlib.import_module(f"examples.{example}").make_data(str(tmp_path))
+    table = pq.read_table(tmp_path).slice(0, BATCH)
+    circuits = tf.constant(table.column("circuit").to_pylist())
+    labels = tf.constant(np.stack(table.column("label").to_numpy(zero_copy_only=False)).reshape(BATCH, -1), tf.float32)
+    block, [gradient] = built(spec, "auto")
+    assert (gradient.kind, gradient.gradient, gradient.warning) == ("PQC", "BlockAdjoint", False)
+    tfqs, [kept] = built(spec, "tfq")
+    assert kept.gradient == "Adjoint"
+    tfqs.set_weights(block.get_weights())
+    for ours, theirs in zip(loss_gradients(block, circuits, labels), loss_gradients(tfqs, circuits, labels)):
+        np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def two_layers():
+    """A PQC on parameter shift, chosen on purpose, beside a bare Expectation layer (TFQ's Adjoint)."""
+    circuits = tf.keras.Input(shape=(), dtype=tf.string)
+    shifted = tfq.layers.PQC(
+        cirq.Circuit(cirq.rx(ANGLE)(QUBITS[0])),
+        cirq.Z(QUBITS[0]),
+        differentiator=tfq.differentiators.ParameterShift(),
+        name="shifted",
+    )(circuits)
+    bare = tfq.layers.Expectation(name="bare")(circuits, symbol_names=[ANGLE], operators=cirq.Z(QUBITS[0]))
+    model = tf.keras.Model(circuits, tf.keras.layers.Concatenate()([shifted, bare]))
+    model.compile(tf.keras.optimizers.Adam(0.1), loss="mse")
+    return model
+
+
+def test_a_chosen_differentiator_is_kept_but_by_block(tmp_path):
+    _, gradients = built(two_layers, "auto")
+    assert [(g.layer, g.kind, g.gradient, g.why) for g in gradients] == [
+        ("shifted", "PQC", "ParameterShift", "chosen by the model"),
+        ("bare", "Expectation", "BlockAdjoint", "differentiator auto, for Adjoint"),
+    ]
+    _, gradients = built(two_layers, "block")
+    assert [g.gradient for g in gradients] == ["BlockAdjoint", "BlockAdjoint"]
+    _, gradients = built(two_layers, "tfq")
+    assert [g.gradient for g in gradients] == ["ParameterShift", "Adjoint"]
+
+
+def noisy(learning_rate=0.1):
+    """A NoisyPQC whose circuit holds a depolarizing channel."""
+    circuits = tf.keras.Input(shape=(), dtype=tf.string)
+    model_circuit = cirq.Circuit(cirq.rx(ANGLE)(QUBITS[0]), cirq.depolarize(0.01)(QUBITS[0]))
+    readout = tfq.layers.NoisyPQC(model_circuit, cirq.Z(QUBITS[0]), repetitions=20, sample_based=False, name="noisy")(
+        circuits
+    )
+    model = tf.keras.Model(circuits, readout)
+    model.compile(tf.keras.optimizers.Adam(learning_rate), loss="mse")
+    return model
+
+
+def test_a_noise_channel_keeps_tfqs_gradient_with_one_warning_and_trains(tmp_path):
+    model, gradients = built(noisy, "auto")
+    lines = []
+    record_gradients(str(tmp_path), "auto", gradients, lines.append)
+    [line] = lines
+    assert line.startswith("warning: layer noisy (NoisyPQC) keeps TFQ's ParameterShift: ") and "'DP'" in line
+    record = json.loads((tmp_path / storage.GRADIENTS).read_text())
+    assert record["differentiator"] == "auto"
+    assert [(layer["layer"], layer["gradient"], layer["warning"]) for layer in record["layers"]] == [
+        ("noisy", "ParameterShift", True)
+    ]
+    circuits = tfq.convert_to_tensor([cirq.Circuit(cirq.rx(a)(QUBITS[0])) for a in np.linspace(0, np.pi, 8)])
+    before = model.get_weights()[0].copy()
+    history = model.fit(circuits, np.cos(np.linspace(0, np.pi, 8)).reshape(-1, 1), epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all() and not np.allclose(model.get_weights()[0], before)
+
+
+def test_block_on_a_model_that_cannot_take_it_is_one_error_line(tmp_path, shared_ray):
+    """The workers find it when they build the model: the command ends in one line, exit status 2, and the
+    new run folder is removed."""
+    from examples import regression
+
+    imports = "import cirq\nimport sympy\nimport tensorflow as tf\nimport tensorflow_quantum as tfq\n\n"
+    names = "QUBITS = cirq.LineQubit.range(2)\nANGLE = sympy.Symbol('angle')\n\n\n"
+    (tmp_path / "noisymodel.py").write_text(imports + names + inspect.getsource(noisy))
+    regression.make_data(str(tmp_path / "data"), examples=20, files=1)
+    options = ("--model", "noisymodel:noisy", "--data", "data", "--differentiator", "block", "--epochs", 1)
+    options += ("--storage", tmp_path / "runs", "--name", "noisy", "--address", shared_ray)
+    done = run_command("train", *options, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "differentiator block: layer noisy (NoisyPQC) cannot take the block gradient" in line
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs" / "noisy").exists()
