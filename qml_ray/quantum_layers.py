@@ -85,9 +85,9 @@ class Gradient:
     warning: bool = False
 
     def line(self) -> str:
-        said = f"layer {self.layer} ({self.kind}) keeps TFQ's {self.gradient}: {self.why}"
+        """What the console says of it."""
         if self.warning:
-            return f"warning: {said}"
+            return f"warning: layer {self.layer} ({self.kind}) keeps TFQ's {self.gradient}: {self.why}"
         return f"quantum gradient of layer {self.layer} ({self.kind}): {self.gradient} ({self.why})"
 
 
@@ -96,8 +96,8 @@ def sites(model) -> list[Site]:
     found, held = [], set()
     modules = [model, *model.submodules]
     for layer in modules:
-        if type(layer) in HOLDERS:
-            executor, circuit = HOLDERS[type(layer)]
+        if attributes := next((names for kind, names in HOLDERS.items() if isinstance(layer, kind)), None):
+            executor, circuit = attributes
             inner = getattr(layer, executor)
             holder, attribute = (inner, OP) if isinstance(inner, EXECUTORS) else (layer, executor)
             held.add(id(inner))

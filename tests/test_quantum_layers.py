@@ -100,7 +100,8 @@ def test_a_noise_channel_keeps_tfqs_gradient_with_one_warning_and_trains(tmp_pat
     lines = []
     record_gradients(str(tmp_path), "auto", gradients, lines.append)
     [line] = lines
-    assert line.startswith("warning: layer noisy (NoisyPQC) keeps TFQ's ParameterShift: ") and "'DP'" in line
+    assert line.startswith("warning: layer noisy (NoisyPQC) keeps TFQ's ParameterShift: ")
+    assert "noise channel DepolarizingChannel" in line
     record = json.loads((tmp_path / storage.GRADIENTS).read_text())
     assert record["differentiator"] == "auto"
     assert [(layer["layer"], layer["gradient"], layer["warning"]) for layer in record["layers"]] == [

@@ -4,6 +4,7 @@ interrupted write of predictions leaves no folder behind."""
 
 import json
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def test_an_old_runs_checkpoint_still_resumes(tmp_path):
 
 
 def resumed(run, *flags) -> config_lib.Config:
-    requested = cli.config_from_args(train.parse_args([*flags, "--storage", str(run.parent)]))
+    requested = cli.config_from_args(train.parse_args([*map(str, flags), "--storage", str(run.parent)]))
     config, resuming = train.resolve_run(requested, str(run), resume=True, found=True)
     assert resuming
     return config
@@ -68,9 +69,8 @@ class InterruptedWrite:
     """Predictions whose write is interrupted (Ctrl-C) after one file."""
 
     def write_parquet(self, path, filesystem):
-        filesystem.create_dir(path)
-        with filesystem.open_output_stream(f"{path}/part-0.parquet") as out:
-            out.write(b"half")
+        Path(path).mkdir(parents=True)
+        (Path(path) / "part-0.parquet").write_bytes(b"half")
         raise interrupts.Interrupted(signal.SIGINT)
 
 
