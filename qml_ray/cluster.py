@@ -19,6 +19,7 @@ from qml_ray import cli, config as config_lib, contract, hardening, storage
 from qml_ray.errors import UsageError
 
 RAY_VERSION = version("ray")
+QML_RAY_VERSION = version("qml-ray")
 NAMESPACE = "qml-ray"
 SERVICE_ACCOUNT = "qml-ray"
 IMAGE_HOME = "/home/ray/qml_ray"  # where cluster/Dockerfile puts the project (and its configs)
@@ -338,11 +339,34 @@ class PlainDumper(yaml.SafeDumper):
         return True
 
 
-def to_yaml(manifests: list[dict]) -> str:
-    return yaml.dump_all(manifests, Dumper=PlainDumper, sort_keys=False, width=200)
+def to_yaml(manifests: list[dict], header: str = "") -> str:
+    return header + yaml.dump_all(manifests, Dumper=PlainDumper, sort_keys=False, width=200)
 
 
-def write_files(manifests: list[dict], folder: str) -> list[Path]:
+def header(args, config: config_lib.Config) -> str:
+    """The comment that opens every rendered file: generated, and by which command, config and version
+    (the command spelled out in full, whatever defaults and spelling it was given with)."""
+    options = [
+        ("--config", args.config),
+        ("--workers", config.workers),
+        ("--image", args.image),
+        ("--bucket", args.bucket),
+        ("--project", args.project),
+        ("--namespace", args.namespace),
+        ("--name", args.name),
+        *((flag, value) for flag, value in [("--model", args.model), ("--data", args.data)] if value),
+        *(("--param", spec) for spec in args.param),
+    ]
+    command = shlex.join(["python", "-m", "qml_ray.cluster", "render", *(str(x) for o in options for x in o)])
+    return (
+        "# Generated: render again rather than edit.\n"
+        f"# command: {command}\n"
+        f"# config: {args.config}\n"
+        f"# version: qml_ray {QML_RAY_VERSION}, Ray {RAY_VERSION}\n"
+    )
+
+
+def write_files(manifests: list[dict], folder: str, header: str = "") -> list[Path]:
     """One file per resource name: a Ray cluster's network policy goes with it, TensorBoard's
     Deployment, Service and network policy share one, and so do the namespace and the service
     account when they share their name."""
@@ -352,7 +376,7 @@ def write_files(manifests: list[dict], folder: str) -> list[Path]:
     Path(folder).mkdir(parents=True, exist_ok=True)
     paths = [Path(folder, f"{name}.yaml") for name in by_name]
     for path, group in zip(paths, by_name.values()):
-        path.write_text(to_yaml(group))
+        path.write_text(to_yaml(group, header))
     return paths
 
 
@@ -380,14 +404,15 @@ def main(argv=None) -> None:
         namespace=args.namespace,
         train_options=tuple(model_options(args)),
     )
+    comment = header(args, config)
     if args.out:
         try:
-            paths = write_files(manifests, args.out)
+            paths = write_files(manifests, args.out, comment)
         except OSError as err:
             raise UsageError(f"cannot write the manifests to {args.out}: {err}") from None
         print(*paths, sep="\n")
     else:
-        sys.stdout.write(to_yaml(manifests))
+        sys.stdout.write(to_yaml(manifests, comment))
 
 
 if __name__ == "__main__":

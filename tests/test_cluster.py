@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import tomllib
+from importlib.metadata import version
 from pathlib import Path
 
 import jsonschema
@@ -125,7 +126,19 @@ def as_pod(doc: dict, template: dict) -> dict:
 
 
 def test_checked_in_manifests_are_the_render_of_the_documented_defaults():
-    assert CHECKED_IN.read_text() == cluster.to_yaml(rendered("qcnn-23q"))
+    flags = [f"--{key}={value}" for key, value in DEFAULTS.items()]
+    args = cluster.parse_args(["render", "--config", "configs/qcnn-23q.yaml", *flags])
+    header = cluster.header(args, config_lib.load(ROOT / args.config))
+    assert CHECKED_IN.read_text() == cluster.to_yaml(rendered("qcnn-23q"), header)
+
+
+def test_rendered_files_open_with_the_command_config_and_version_that_wrote_them():
+    lines = CHECKED_IN.read_text().splitlines()[:4]
+    assert lines[0].startswith("# Generated")
+    command = "python -m qml_ray.cluster render --config configs/qcnn-23q.yaml --workers 47 "
+    assert lines[1].startswith(f"# command: {command}")
+    assert lines[2] == "# config: configs/qcnn-23q.yaml"
+    assert lines[3] == f"# version: qml_ray {version('qml-ray')}, Ray {ray.__version__}"
 
 
 @pytest.mark.parametrize("label, doc", RAY, ids=ids(RAY))
