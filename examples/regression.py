@@ -8,16 +8,16 @@ Z readouts, and a linear Dense(1), trained with mean squared error.
     python -m qml_ray.train --model examples.regression:regressor --data data/correlation --name corr
 """
 
+import os
 import sys
 
 import cirq
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
-
-from examples.hea_classifier import write_parquet
 
 
 def regressor(readout_layers: int = 1, learning_rate: float = 0.05, seed: int = 0) -> tf.keras.Model:
@@ -58,6 +58,13 @@ def make_data(folder: str, examples: int = 200, files: int = 4, seed: int = 2) -
         }
     )
     write_parquet(table, folder, files)
+
+
+def write_parquet(table: pa.Table, folder: str, files: int) -> None:
+    """The table as `files` Parquet files in `folder`."""
+    os.makedirs(folder, exist_ok=True)
+    for part, rows in enumerate(np.array_split(np.arange(table.num_rows), files)):
+        pq.write_table(table.take(rows), os.path.join(folder, f"part-{part:03d}.parquet"))
 
 
 if __name__ == "__main__":
