@@ -5,7 +5,7 @@ runtimes  qml_ray (Ray Train), the tf-operator-style baseline (plain TF_CONFIG p
           start-up and memory, as JSON, a Markdown table and a PNG plot
 circuits  forward and forward + gradient seconds per circuit against qubits, the block kernel's
           memory traffic against a state-sized in-place pass's, and the 23-qubit headline projected
-          from them, as JSON and Markdown; with --peers, qsim and PennyLane Lightning too
+          from them, as JSON, Markdown and plots; with --peers, qsim and PennyLane Lightning too
 """
 
 import argparse
@@ -233,7 +233,7 @@ def circuits_main(args) -> None:
         {"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads, "OMP_NUM_THREADS": threads}
     )
     from qml_ray import kernel
-    from qml_ray.bench import circuits
+    from qml_ray.bench import circuits, figures
 
     print(f"block kernel: the {kernel.PATH} path (this CPU has {kernel.cpu_features()})", flush=True)
     probes = []
@@ -259,7 +259,8 @@ def circuits_main(args) -> None:
         "projection": circuits.project(headline, efficiency, source) if headline else None,
     }
     folder = write_outputs(args.out, "circuits", doc, circuits.markdown(doc))
-    print(f"wrote {folder}/circuits.json and circuits.md", flush=True)
+    pictures = ", ".join(path.name for path in figures.draw(doc, folder))
+    print(f"wrote {folder}/circuits.json, circuits.md and {pictures}", flush=True)
     disagreeing = peers.disagreements(probes)
     if disagreeing:  # a wrong simulator, not bad input: status 1, after the figures are written
         sys.exit(f"error: the peers' values differ from the block kernel's: {'; '.join(disagreeing)}")

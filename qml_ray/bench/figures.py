@@ -1,0 +1,93 @@
+"""The cost per circuit as plots, from a `circuits` run's circuits.json: circuits.png (seconds per
+circuit against qubits, TFQ against the block kernel) and, when the run timed the peers, peers.png
+(the block kernel beside qsim and PennyLane Lightning on the same circuits).
+
+    python -m qml_ray.bench.figures benchmarks/circuits benchmarks/circuits-compiled
+
+draws them again from the recorded JSON, without timing anything.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+# (the probe's key, its label, its style): forward dashed, forward + gradient solid
+SCALING = [
+    ("tfq_forward_seconds", "TFQ forward", "C1--"),
+    ("tfq_forward_gradient_seconds", "TFQ forward + Adjoint gradient", "C1-"),
+    ("block_forward_seconds", "block kernel forward", "C0--"),
+    ("block_forward_gradient_seconds", "block kernel forward + BlockAdjoint gradient", "C0-"),
+]
+# (label, seconds per circuit from a probe's peers): forwards, then gradients (their forwards included)
+PEERS = [
+    ("block forward", lambda p: p["block"]["forward_seconds"]),
+    ("qsim forward", lambda p: p["qsim"]["seconds"]),
+    ("block forward + gradient", lambda p: p["block"]["gradient_seconds"]),
+    ("Lightning adjoint, complex64", lambda p: p["lightning_complex64"]["seconds"]),
+]
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def title(doc: dict) -> str:
+    """The run's kernel path (when it recorded one) and threads."""
+    threads = f"{doc['threads']} thread{'s' if doc['threads'] > 1 else ''}"
+    return f"{doc['kernel_path']} path, {threads}" if doc.get("kernel_path") else threads
+
+
+def plot_scaling(doc: dict, path: Path) -> None:
+    """Seconds per circuit against qubits, forward and forward + gradient, TFQ and the block kernel."""
+    plt = pyplot()
+    probes = doc["probes"]
+    qubits = [p["qubits"] for p in probes]
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for key, label, style in SCALING:
+        axes.plot(qubits, [p[key] for p in probes], style, marker="o", label=label)
+    axes.set(yscale="log", xlabel="qubits", ylabel="seconds per circuit", xticks=qubits)
+    axes.set_title(f"Cost per circuit ({title(doc)})")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_peers(doc: dict, path: Path) -> None:
+    """Seconds per circuit of the block kernel and the peers on the same circuits, per qubit count."""
+    plt = pyplot()
+    probes = [p for p in doc["probes"] if p.get("peers")]
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    width = 0.8 / len(PEERS)
+    for index, (label, seconds) in enumerate(PEERS):
+        places = [position + (index - (len(PEERS) - 1) / 2) * width for position in range(len(probes))]
+        axes.bar(places, [seconds(p["peers"]) for p in probes], width, label=label)
+    axes.set_xticks(range(len(probes)), [f"{p['qubits']} qubits" for p in probes])
+    axes.set(yscale="log", ylabel="seconds per circuit")
+    axes.set_title(f"The block kernel and the peers, same circuits ({title(doc)})")
+    axes.grid(True, axis="y", which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def draw(doc: dict, folder: Path) -> list[Path]:
+    """circuits.png, and peers.png when the run timed the peers, in `folder`; the paths written."""
+    paths = [folder / "circuits.png"]
+    plot_scaling(doc, paths[0])
+    if any(p.get("peers") for p in doc["probes"]):
+        paths.append(folder / "peers.png")
+        plot_peers(doc, paths[1])
+    return paths
+
+
+if __name__ == "__main__":
+    for folder in map(Path, sys.argv[1:]):
+        print(*draw(json.loads((folder / "circuits.json").read_text()), folder), sep="\n")
