@@ -55,10 +55,10 @@ void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Re
     const int b = std::max(static_cast<int>(c.segments[s]), first), e = static_cast<int>(c.segments[s + 1]);
     if (e <= first) break;
     if (e - b == 1 && symbolic[b]) {
-      const Mat4 m = unapply_with_transition(psi, lam, u.blocks[b], c.hi(b), c.lo(b), parts);
+      const Mat4 m = unapply_with_transition(psi, lam, u.blocks[b], c.hi(b), c.lo(b), parts, c.mask(b));
       add_block_gradient(c, values, u.factors, b, m, grad);
     } else if (e - b == 1) {
-      for (Planes state : {psi, lam}) apply_block(state, dagger(u.blocks[b]), c.hi(b), c.lo(b), parts);
+      for (Planes state : {psi, lam}) apply_block(state, dagger(u.blocks[b]), c.hi(b), c.lo(b), parts, c.mask(b));
     } else {
       const std::vector<Mat4> m =
           unapply_segment(psi, lam, c, u.blocks, symbolic, b, e, static_cast<int>(c.windows[s]), parts);

@@ -37,6 +37,8 @@ Circuit circuit_from(nb::handle t) {
   c.qubits = nb::cast<int>(t.attr("qubits"));
   c.tile_bits = nb::cast<int>(t.attr("tile_bits"));
   c.block_qubits = field<int64_t>(t, "block_qubits");
+  c.block_mask = field<int64_t>(t, "block_mask");
+  c.block_mask_value = field<int64_t>(t, "block_mask_value");
   c.relabel = field<int64_t>(t, "relabel");
   c.bit_maps = field<int64_t>(t, "bit_maps");
   c.segments = field<int64_t>(t, "segments");
@@ -145,26 +147,28 @@ NB_MODULE(QML_KERNEL_MODULE, m) {
         "grad[s] += d/d values[s] of sum_k upstream[k] <O_k>, from the state `psi` (consumed) or simulated.");
   m.def(
       "apply_block",
-      [](StateArray state, Matrix u, int hi, int lo, int parts) {
+      [](StateArray state, Matrix u, int hi, int lo, int parts, int64_t mask, int64_t value) {
         const Mat4 matrix = from_numpy(u);
         nb::gil_scoped_release released;
-        apply_block(array_planes(state), matrix, hi, lo, parts);
+        apply_block(array_planes(state), matrix, hi, lo, parts, {mask, value});
       },
-      nb::arg("state").noconvert(), nb::arg("u"), nb::arg("hi"), nb::arg("lo"), nb::arg("parts"),
-      "state <- (u on bits hi, lo) state.");
+      nb::arg("state").noconvert(), nb::arg("u"), nb::arg("hi"), nb::arg("lo"), nb::arg("parts"), nb::arg("mask") = 0,
+      nb::arg("value") = 0, "state <- (u on bits hi, lo) state, where state's bits & mask == value.");
   m.def(
       "unapply_with_transition",
-      [](StateArray psi, StateArray lam, Matrix u, int hi, int lo, int parts) {
+      [](StateArray psi, StateArray lam, Matrix u, int hi, int lo, int parts, int64_t mask, int64_t value) {
         const Mat4 matrix = from_numpy(u);
         Mat4 out;
         {
           nb::gil_scoped_release released;
-          out = unapply_with_transition(array_planes(psi), array_planes(lam), matrix, hi, lo, parts);
+          out = unapply_with_transition(array_planes(psi), array_planes(lam), matrix, hi, lo, parts, {mask, value});
         }
         return to_numpy(out);
       },
       nb::arg("psi").noconvert(), nb::arg("lam").noconvert(), nb::arg("u"), nb::arg("hi"), nb::arg("lo"),
-      nb::arg("parts"), "psi, lam <- u^dagger psi, u^dagger lam; returns their transition matrix.");
+      nb::arg("parts"), nb::arg("mask") = 0, nb::arg("value") = 0,
+      "psi, lam <- u^dagger psi, u^dagger lam where their bits & mask == value; returns their transition matrix "
+      "summed there.");
   m.def(
       "relabel_bits",
       [](StateArray state, Array<const int64_t> bit_map, int parts) {

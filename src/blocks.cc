@@ -14,6 +14,43 @@ inline index_t first_index(index_t group, int hi, int lo) {
   return ((i >> big) << (big + 1)) | (i & ((index_t(1) << big) - 1));
 }
 
+// The groups a block acts on, each four amplitudes from its first: first(g), + 2^lo, + 2^hi, + 2^hi + 2^lo.
+// Every group of the block: group g is g with zero bits put in at hi and lo.
+struct AllGroups {
+  int hi, lo;
+  index_t count(index_t size) const { return size >> 2; }
+  index_t first(index_t group) const { return first_index(group, hi, lo); }
+  int lowest_bit() const { return std::min(hi, lo); }
+};
+
+// A masked block's groups, only those whose control bits hold their values (the others are never read):
+// group g is g with bits put in at hi and lo (zero) and at each control bit (its value).
+struct MaskedGroups {
+  int hi, lo;
+  int bits[64];  // hi, lo and the control bits, ascending
+  int inserted = 0;
+  index_t value;
+  MaskedGroups(int hi, int lo, Mask mask) : hi(hi), lo(lo), value(mask.value) {
+    const index_t all = mask.bits | (index_t(1) << hi) | (index_t(1) << lo);
+    for (int b = 0; b < 64; ++b)
+      if ((all >> b) & 1) bits[inserted++] = b;
+  }
+  index_t count(index_t size) const { return size >> inserted; }
+  index_t first(index_t group) const {
+    for (int k = 0; k < inserted; ++k)
+      group = ((group >> bits[k]) << (bits[k] + 1)) | (group & ((index_t(1) << bits[k]) - 1));
+    return group | value;
+  }
+  int lowest_bit() const { return bits[0]; }
+};
+
+// body(groups) with the block's groups: all, or those `mask` lets through.
+template <class Body>
+void with_groups(int hi, int lo, Mask mask, Body&& body) {
+  if (mask.bits == 0) return body(AllGroups{hi, lo});
+  body(MaskedGroups(hi, lo, mask));
+}
+
 // Row r of the matrix (mr, mi) times the amplitudes x = (re0, im0, ..., re3, im3).
 #define QML_ROW(r, yr, yi)                                                                                    \
   const float yr = mr[4 * r] * x0 - mi[4 * r] * x1 + mr[4 * r + 1] * x2 - mi[4 * r + 1] * x3 +               \
@@ -84,21 +121,21 @@ inline void add_transition(Totals& total, const Views& p, const Views& q) {
   }
 }
 
-// Groups first..last of a block whose lower bit is at least log2(length), `length` at a time (consecutive
-// groups of a run are consecutive amplitudes); `length` fixed when compiled, so each chunk vectorises whole.
-template <int length>
-void apply_chunks(Planes s, const Scalars& m, int hi, int lo, index_t first, index_t last) {
-  const index_t d_lo = index_t(1) << lo, d_hi = index_t(1) << hi;
-  for (index_t group = first; group < last; group += length)
-    mix_views<length>(Views(s, first_index(group, hi, lo), d_lo, d_hi), m);
+// Groups first..last of a block whose lowest bit (of its pair and mask) is at least log2(length), `length` at
+// a time (consecutive groups of a run are consecutive amplitudes); `length` fixed when compiled, so each chunk
+// vectorises whole.
+template <int length, class Groups>
+void apply_chunks(Planes s, const Scalars& m, const Groups& g, index_t first, index_t last) {
+  const index_t d_lo = index_t(1) << g.lo, d_hi = index_t(1) << g.hi;
+  for (index_t group = first; group < last; group += length) mix_views<length>(Views(s, g.first(group), d_lo, d_hi), m);
 }
 
-template <int length>
-void unapply_chunks(Planes psi, Planes lam, const Scalars& m, int hi, int lo, Totals& total, index_t first,
+template <int length, class Groups>
+void unapply_chunks(Planes psi, Planes lam, const Scalars& m, const Groups& g, Totals& total, index_t first,
                     index_t last) {
-  const index_t d_lo = index_t(1) << lo, d_hi = index_t(1) << hi;
+  const index_t d_lo = index_t(1) << g.lo, d_hi = index_t(1) << g.hi;
   for (index_t group = first; group < last; group += length) {
-    const index_t i = first_index(group, hi, lo);
+    const index_t i = g.first(group);
     const Views p(psi, i, d_lo, d_hi), q(lam, i, d_lo, d_hi);
     mix_views<length>(p, m);
     mix_views<length>(q, m);
@@ -123,30 +160,33 @@ inline void mix_group(Planes s, const index_t at[4], const Scalars& m, float y[8
   }
 }
 
-inline void group_at(index_t group, int hi, int lo, index_t at[4]) {
-  at[0] = first_index(group, hi, lo);
-  at[1] = at[0] + (index_t(1) << lo);
-  at[2] = at[0] + (index_t(1) << hi);
-  at[3] = at[2] + (index_t(1) << lo);
+template <class Groups>
+inline void group_at(const Groups& g, index_t group, index_t at[4]) {
+  at[0] = g.first(group);
+  at[1] = at[0] + (index_t(1) << g.lo);
+  at[2] = at[0] + (index_t(1) << g.hi);
+  at[3] = at[2] + (index_t(1) << g.lo);
 }
 
 // Groups first..last of a block on low bits, each gathered from four scattered amplitudes.
-void apply_groups(Planes s, const Scalars& m, int hi, int lo, index_t first, index_t last) {
+template <class Groups>
+void apply_groups(Planes s, const Scalars& m, const Groups& g, index_t first, index_t last) {
   index_t at[4];
   float y[8];
   for (index_t group = first; group < last; ++group) {
-    group_at(group, hi, lo, at);
+    group_at(g, group, at);
     mix_group(s, at, m, y);
   }
 }
 
-void unapply_groups(Planes psi, Planes lam, const Scalars& m, int hi, int lo, Totals& total, index_t first,
+template <class Groups>
+void unapply_groups(Planes psi, Planes lam, const Scalars& m, const Groups& g, Totals& total, index_t first,
                     index_t last) {
   Totals acc{};
   index_t at[4];
   float p[8], q[8];
   for (index_t group = first; group < last; ++group) {
-    group_at(group, hi, lo, at);
+    group_at(g, group, at);
     mix_group(psi, at, m, p);
     mix_group(lam, at, m, q);
     for (int r = 0; r < 4; ++r) {
@@ -161,11 +201,11 @@ void unapply_groups(Planes psi, Planes lam, const Scalars& m, int hi, int lo, To
     for (int k = 0; k < 8; ++k) total[r][k] += acc[r][k];
 }
 
-// chunks(length) with the longest chunk length (a std::integral_constant) the block's runs allow, or groups()
-// for a block on the bits below the chunks.
+// chunks(length) with the longest chunk length (a std::integral_constant) the block's runs allow (from its
+// lowest bit), or groups() for a block on the bits below the chunks.
 template <class Chunks, class Groups>
-void by_run_length(int hi, int lo, Chunks&& chunks, Groups&& groups) {
-  switch (std::min(std::min(hi, lo), kChunkBits)) {
+void by_run_length(int lowest_bit, Chunks&& chunks, Groups&& groups) {
+  switch (std::min(lowest_bit, kChunkBits)) {
     case kChunkBits: return chunks(std::integral_constant<int, 256>{});
     case 7: return chunks(std::integral_constant<int, 128>{});
     case 6: return chunks(std::integral_constant<int, 64>{});
@@ -175,19 +215,21 @@ void by_run_length(int hi, int lo, Chunks&& chunks, Groups&& groups) {
   }
 }
 
-// The matrix on bits hi, lo over groups first..last.
-void apply_range(Planes s, const Scalars& m, int hi, int lo, index_t first, index_t last) {
+// The matrix on the block's groups first..last.
+template <class Groups>
+void apply_range(Planes s, const Scalars& m, const Groups& g, index_t first, index_t last) {
   by_run_length(
-      hi, lo, [&](auto length) { apply_chunks<decltype(length)::value>(s, m, hi, lo, first, last); },
-      [&] { apply_groups(s, m, hi, lo, first, last); });
+      g.lowest_bit(), [&](auto length) { apply_chunks<decltype(length)::value>(s, m, g, first, last); },
+      [&] { apply_groups(s, m, g, first, last); });
 }
 
 // apply_range on both states, adding their transition sums to `total`.
-void unapply_range(Planes psi, Planes lam, const Scalars& m, int hi, int lo, Totals& total, index_t first,
+template <class Groups>
+void unapply_range(Planes psi, Planes lam, const Scalars& m, const Groups& g, Totals& total, index_t first,
                    index_t last) {
   by_run_length(
-      hi, lo, [&](auto length) { unapply_chunks<decltype(length)::value>(psi, lam, m, hi, lo, total, first, last); },
-      [&] { unapply_groups(psi, lam, m, hi, lo, total, first, last); });
+      g.lowest_bit(), [&](auto length) { unapply_chunks<decltype(length)::value>(psi, lam, m, g, total, first, last); },
+      [&] { unapply_groups(psi, lam, m, g, total, first, last); });
 }
 
 Totals sum(const std::vector<Totals>& parts) {
@@ -216,22 +258,26 @@ index_t tile_count(const Circuit& c) { return index_t(1) << (c.qubits - c.tile_b
 
 }  // namespace
 
-void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts) {
+void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts, Mask mask) {
   const Scalars m = scalars(u);
-  const index_t groups = state.size >> 2;
-  in_parts(parts, [&](int part) {
-    apply_range(state, m, hi, lo, share(part, parts, groups, kChunkBits), share(part + 1, parts, groups, kChunkBits));
+  with_groups(hi, lo, mask, [&](const auto& g) {
+    const index_t groups = g.count(state.size);
+    in_parts(parts, [&](int part) {
+      apply_range(state, m, g, share(part, parts, groups, kChunkBits), share(part + 1, parts, groups, kChunkBits));
+    });
   });
 }
 
-Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts) {
+Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts, Mask mask) {
   const Mat4 ud = dagger(u);
   const Scalars m = scalars(ud);
-  const index_t groups = psi.size >> 2;
   std::vector<Totals> totals(parts, Totals{});
-  in_parts(parts, [&](int part) {
-    unapply_range(psi, lam, m, hi, lo, totals[part], share(part, parts, groups, kChunkBits),
-                  share(part + 1, parts, groups, kChunkBits));
+  with_groups(hi, lo, mask, [&](const auto& g) {
+    const index_t groups = g.count(psi.size);
+    in_parts(parts, [&](int part) {
+      unapply_range(psi, lam, m, g, totals[part], share(part, parts, groups, kChunkBits),
+                    share(part + 1, parts, groups, kChunkBits));
+    });
   });
   return transition(sum(totals), ud);  // summed against lam after the step, lam_after = u^dagger lam_before
 }
@@ -239,7 +285,7 @@ Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int 
 void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts) {
   const int b = static_cast<int>(c.segments[s]), e = static_cast<int>(c.segments[s + 1]);
   const int window = static_cast<int>(c.windows[s]);
-  if (e - b == 1) return apply_block(state, blocks[b], c.hi(b), c.lo(b), parts);
+  if (e - b == 1) return apply_block(state, blocks[b], c.hi(b), c.lo(b), parts, c.mask(b));
   std::vector<Scalars> m;
   for (int k = b; k < e; ++k) m.push_back(scalars(blocks[k]));
   const index_t tiles = tile_count(c);
@@ -248,7 +294,7 @@ void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& bloc
       for (int k = b; k < e; ++k) {
         const TileRuns runs(c, window, c.hi(k), c.lo(k), tile);
         for (index_t run = runs.offset; run < runs.offset + runs.count * runs.step; run += runs.step)
-          apply_range(state, m[k - b], c.hi(k), c.lo(k), run, run + runs.length);
+          apply_range(state, m[k - b], AllGroups{c.hi(k), c.lo(k)}, run, run + runs.length);
       }
   });
 }
@@ -266,14 +312,14 @@ std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, cons
   in_parts(parts, [&](int part) {
     for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile)
       for (int k = e - 1; k >= b; --k) {
-        const int hi = c.hi(k), lo = c.lo(k);
-        const TileRuns runs(c, window, hi, lo, tile);
+        const AllGroups g{c.hi(k), c.lo(k)};
+        const TileRuns runs(c, window, g.hi, g.lo, tile);
         for (index_t run = runs.offset; run < runs.offset + runs.count * runs.step; run += runs.step) {
           if (symbolic[k]) {
-            unapply_range(psi, lam, m[k - b], hi, lo, totals[k - b][part], run, run + runs.length);
+            unapply_range(psi, lam, m[k - b], g, totals[k - b][part], run, run + runs.length);
           } else {
-            apply_range(psi, m[k - b], hi, lo, run, run + runs.length);
-            apply_range(lam, m[k - b], hi, lo, run, run + runs.length);
+            apply_range(psi, m[k - b], g, run, run + runs.length);
+            apply_range(lam, m[k - b], g, run, run + runs.length);
           }
         }
       }

@@ -1,6 +1,7 @@
 // A circuit as the plan (qml_ray/gradients/plan.py) lays it out: blocks on bit pairs, each a product of
 // factors U(e) = sum_k exp(i pi e h_k) P_k with e = const + coef * values[symbol]; relabellings; segments;
-// the start. Field names and shapes are plan.Circuit's.
+// the start. Field names and shapes are plan.Circuit's. A masked block (a gate with more controls) acts only on the
+// amplitudes whose control bits hold the control values.
 #pragma once
 
 #include <cstdint>
@@ -10,10 +11,18 @@
 
 namespace qml {
 
+// A block's controls: it acts where index & bits == value (no bits: everywhere).
+struct Mask {
+  int64_t bits = 0;
+  int64_t value = 0;
+};
+
 struct Circuit {
   int qubits = 0;
   int tile_bits = 0;
   std::vector<int64_t> block_qubits;  // [blocks, 2]: (hi, lo)
+  std::vector<int64_t> block_mask;    // [blocks]: Mask::bits
+  std::vector<int64_t> block_mask_value;  // [blocks]: Mask::value
   std::vector<int64_t> relabel;       // [blocks]: row of bit_maps applied before the block, or -1
   std::vector<int64_t> bit_maps;      // [relabellings, qubits]
   std::vector<int64_t> segments;      // [segments + 1]
@@ -34,6 +43,7 @@ struct Circuit {
   int blocks() const { return static_cast<int>(relabel.size()); }
   int hi(int b) const { return static_cast<int>(block_qubits[2 * b]); }
   int lo(int b) const { return static_cast<int>(block_qubits[2 * b + 1]); }
+  Mask mask(int b) const { return {block_mask[b], block_mask_value[b]}; }
   int segment_count() const { return static_cast<int>(segments.size()) - 1; }
   const int64_t* bit_map(int r) const { return bit_maps.data() + static_cast<size_t>(r) * qubits; }
 };

@@ -1,16 +1,16 @@
 """TensorFlow Quantum programs as the block kernel runs them.
 
-Each gate of a serialized program becomes one or more factors U(e) = sum_k exp(i pi e h_k) P_k
-on one or two qubits, with the exponent e = const + coef * symbol (the forms TFQ serializes:
-a number, or a number times one symbol). The circuit's start, the constant factors that take
-|0...0> to a product state times diagonal phases (a data encoding's Hadamards and CZs, say), is
-written as that state in one pass (`Circuit`'s start_* arrays). The other factors are fused into
-blocks on qubit pairs, one-qubit factors folded into a neighbouring block, as qsim fuses its
-forward pass. Qubits are then
-placed on bits so that blocks run on the kernel's fast high bits: the qubits needed last wait on the
-low bits, and the state is relabelled when a block needs one of them (Belady's rule). Between
-relabellings the blocks are put in an order that gathers them into segments: runs of blocks that leave
-the same window of bits untouched, which the kernel applies tile by tile (cache blocking).
+Each gate of a serialized program becomes one or more factors U(e) = sum_k exp(i pi e h_k) P_k on one or two
+qubits, with the exponent e = const + coef * symbol (the forms TFQ serializes: a number, or a number times one
+symbol). A gate on more than two qubits with its controls is masked: its factors act on two of its qubits
+where its other controls hold their values, a block of its own. The circuit's start, the constant factors that
+take |0...0> to a product state times diagonal phases (a data encoding's Hadamards and CZs, say), is written
+as that state in one pass (`Circuit`'s start_* arrays). The other factors are fused into blocks on qubit
+pairs, one-qubit factors folded into a neighbouring block, as qsim fuses its forward pass. Qubits are then
+placed on bits so that blocks run on the kernel's fast high bits: the qubits needed last wait on the low bits,
+and the state is relabelled when a block needs one of them (Belady's rule). Between relabellings the blocks
+are put in an order that gathers them into segments: runs of blocks that leave the same window of bits
+untouched, which the kernel applies tile by tile (cache blocking).
 """
 
 import functools
@@ -19,12 +19,15 @@ from typing import NamedTuple
 
 import cirq
 import numpy as np
+import tensorflow_quantum as tfq
 from tensorflow_quantum.core.proto import pauli_sum_pb2, program_pb2
-from tensorflow_quantum.core.serialize.serializer import EIGEN_GATES_DICT
+from tensorflow_quantum.core.serialize.serializer import EIGEN_GATES_DICT, SERIALIZERS
 
 from qml_ray import kernel
 
 EIGEN_GATES = {name: gate for gate, name in EIGEN_GATES_DICT.items()}
+_CHANNEL_TYPES = {type(channel) for channel in tfq.util.get_supported_channels()}
+CHANNELS = {s.serialized_gate_id: s.gate_type.__name__ for s in SERIALIZERS if s.gate_type in _CHANNEL_TYPES}
 SWAP = np.eye(4)[[0, 2, 1, 3]]
 # A segment's tile: 2^16 amplitudes, 512 KiB (both planes), so it stays in a core's L2 cache while every
 # block of the segment passes over it: a segment costs one pass over memory instead of one per block.
@@ -49,6 +52,7 @@ class Factor:
     const: float
     coef: float
     symbol: str | None
+    controls: tuple = ()  # ((qubit, value), ...): a masked factor acts only where these qubits hold these values
 
     @property
     def diagonal(self) -> bool:
@@ -61,6 +65,8 @@ class Circuit(NamedTuple):
 
     qubits: int
     block_qubits: np.ndarray  # [blocks, 2] int64: the bits (hi, lo) the block acts on
+    block_mask: np.ndarray  # [blocks] int64: the block's control bits (0: unmasked), it acts only where
+    block_mask_value: np.ndarray  # [blocks] int64: ... the state's bits & block_mask equal this
     relabel: np.ndarray  # [blocks] int64: row of bit_maps applied to the state before the block, or -1
     bit_maps: np.ndarray  # [relabellings, qubits] int64: bit q of every index moves to bit bit_maps[r, q] (swaps)
     segments: np.ndarray  # [segments + 1] int64: segment s holds blocks segments[s]:segments[s + 1] (see _schedule)
@@ -219,9 +225,14 @@ def _gate_factors(op) -> list[tuple[tuple[int, ...], tuple, tuple, tuple]]:
         ]
     if gate == "I":
         return []
+    if gate in CHANNELS:
+        raise UnsupportedGate(
+            f"the block differentiator cannot differentiate noise channel {CHANNELS[gate]}: it simulates pure "
+            f"states, as TFQ's Adjoint does; a noisy circuit takes tfq.layers.NoisyPQC (or SampledExpectation) "
+            f"with a sampled differentiator such as tfq.differentiators.ParameterShift"
+        )
     raise UnsupportedGate(
-        f"the block differentiator cannot differentiate gate {_gate_name(op)} (a channel or an "
-        f"unknown gate): use the tfq differentiator"
+        f"the block differentiator cannot differentiate gate {_gate_name(op)}: use the tfq differentiator"
     )
 
 
@@ -231,36 +242,48 @@ def _gate_name(op) -> str:
 
 
 def _op_factors(op, index: dict) -> list[Factor]:
-    controls, control_values = _controls(op)
-    targets = [q.id for q in op.qubits]
-    if len(controls) + len(targets) > 2:
-        raise UnsupportedGate(
-            f"the block differentiator cannot differentiate gate {_gate_name(op)} on "
-            f"{len(controls) + len(targets)} qubits (only one- and two-qubit gates): use the tfq "
-            f"differentiator"
-        )
+    """The gate's factors. A one-qubit gate takes its first control into its projectors; a gate with more
+    qubits than two in all is masked by its other controls, each of its factors on the same pair."""
+    targets = tuple(index[q.id] for q in op.qubits)
+    controls = tuple((index[q], v) for q, v in zip(*_controls(op)))
+    folded, mask = (controls[:1], controls[1:]) if len(targets) == 1 else ((), controls)
     factors = []
     for positions, eig, proj, (const, coef, symbol) in _gate_factors(op):
-        qubits = tuple(index[targets[p]] for p in positions)
-        if controls:  # |v><v| (x) U(e) + |not v><not v| (x) I, the control the more significant
-            on = np.diag([1.0 - control_values[0], float(control_values[0])])
+        qubits = tuple(targets[p] for p in positions)
+        if mask and len(qubits) < len(targets):  # a one-qubit factor of a masked two-qubit gate: on its pair
+            proj, qubits = tuple(_on_pair(p, positions[0]) for p in proj), targets
+        if folded:  # |v><v| (x) U(e) + |not v><not v| (x) I, the control the more significant
+            ((control, value),) = folded
+            on = np.diag([1.0 - value, float(value)])
             eig, proj = (*eig, 0.0), (*(np.kron(on, p) for p in proj), np.kron(np.eye(2) - on, np.eye(2)))
-            qubits = (index[controls[0]], *qubits)
-        factors.append(Factor(qubits, eig, proj, const, coef, symbol))
+            qubits = (control, *qubits)
+        factors.append(Factor(qubits, eig, proj, const, coef, symbol, mask))
     return factors
+
+
+def _on_pair(proj: np.ndarray, position: int) -> np.ndarray:
+    """A one-qubit projector on position 0 (the more significant) or 1 of a pair."""
+    return np.kron(proj, np.eye(2)) if position == 0 else np.kron(np.eye(2), proj)
 
 
 def _split_start(factors: list[Factor], qubits: int) -> tuple[list[Factor], list[Factor]]:
     """The circuit's start and the factors after it. The start holds, per qubit, the constant one-qubit
     factors before anything else acts on it, then constant diagonal factors: they take |0...0> to a
     product state times a diagonal. A constant diagonal factor joins even after a diagonal factor with a
-    symbol, since diagonal factors commute; any other factor on a qubit ends its start."""
+    symbol, since diagonal factors commute; any other factor on a qubit ends its start. A masked factor never
+    joins, and is diagonal on its controls."""
     product, diagonal, ended = range(3)
     phase = [product] * qubits
     start, rest = [], []
     for factor in factors:
         constant, on = factor.symbol is None, factor.qubits
-        if len(on) == 1 and phase[on[0]] == product:
+        if factor.controls:
+            joins = False
+            for q in on:
+                phase[q] = max(phase[q], diagonal) if factor.diagonal else ended
+            for q, _ in factor.controls:
+                phase[q] = max(phase[q], diagonal)
+        elif len(on) == 1 and phase[on[0]] == product:
             joins = constant
             if not joins:
                 phase[on[0]] = diagonal if factor.diagonal else ended
@@ -316,16 +339,48 @@ def _start_arrays(start: list[Factor], bit: list[int]) -> dict:
     }
 
 
-def _fuse(factors: list[Factor], qubits: int) -> list[tuple[tuple[int, int], list[Factor]]]:
+@dataclass
+class Block:
+    """Fused factors on a qubit pair (pair[0] the more significant in their basis); a masked block (of one
+    masked gate) acts only where its controls hold their values."""
+
+    pair: tuple[int, int]
+    factors: list[Factor]
+    controls: tuple = ()  # ((qubit, value), ...)
+
+    @property
+    def qubits(self) -> tuple[int, ...]:
+        return (*self.pair, *(q for q, _ in self.controls))
+
+
+def _fuse(factors: list[Factor], qubits: int) -> list[Block]:
     """Greedy fusion. A non-diagonal two-qubit factor joins the block its qubits last met in if that
     block is on the same pair, else opens a block, taking with it the factors waiting on its qubits.
     Other factors wait: one-qubit ones for their qubit's next block; diagonal two-qubit ones (CZ, ZZ)
     commute with each other, so each waits for the next block on its own pair, and opens a block of
-    its own only when a factor that does not commute with it must come first. What still waits at the
-    end opens or joins blocks the same way."""
-    blocks: list[tuple[tuple[int, int], list[Factor]]] = []
+    its own only when a factor that does not commute with it must come first. A masked factor first
+    places the factors waiting on its pair and controls, then opens a block of its own (or joins the
+    previous factor's of the same gate). What still waits at the end opens or joins blocks the same way."""
+    blocks: list[Block] = []
     last: dict[int, int] = {}
     waiting: dict[int, dict[int, Factor]] = {q: {} for q in range(qubits)}  # per qubit: time -> factor
+
+    def join(pair: tuple[int, int], controls: tuple, members: list[Factor]) -> None:
+        """Adds the factors to the block their qubits last met in if it is on the same pair with the same
+        controls, else to a new block."""
+        block = Block(pair, [], controls)
+        target = last.get(pair[0])
+        if (
+            target is None
+            or any(last.get(q) != target for q in block.qubits)
+            or set(blocks[target].pair) != set(pair)
+            or blocks[target].controls != controls
+        ):
+            blocks.append(block)
+            target = len(blocks) - 1
+        blocks[target].factors.extend(members)
+        for q in block.qubits:
+            last[q] = target
 
     def place(time: int, factor: Factor) -> None:
         a, b = factor.qubits
@@ -349,15 +404,35 @@ def _fuse(factors: list[Factor], qubits: int) -> list[tuple[tuple[int, int], lis
         for t, f in members.items():
             for q in f.qubits:
                 waiting[q].pop(t)
-        target = last.get(a)
-        if target is None or target != last.get(b) or set(blocks[target][0]) != {a, b}:
-            blocks.append(((a, b), []))
-            target = len(blocks) - 1
-        blocks[target][1].extend([members[t] for t in sorted(members)] + [factor])
-        last[a] = last[b] = target
+        join((a, b), (), [members[t] for t in sorted(members)] + [factor])
+
+    def settle(on: tuple, before: int) -> None:
+        """Places the factors waiting on the qubits `on` from before time `before`: the two-qubit ones, then
+        each qubit's one-qubit ones into the block it last met in, or if there is none or it is masked, into
+        new blocks, two qubits' to a block."""
+        for q in on:
+            for t in sorted(t for t, f in waiting[q].items() if t < before and len(f.qubits) == 2):
+                if t in waiting[q]:
+                    place(t, waiting[q][t])
+        homeless = []
+        for q in on:
+            rest = [waiting[q].pop(t) for t in sorted(t for t in waiting[q] if t < before)]
+            if rest and q in last and not blocks[last[q]].controls:
+                blocks[last[q]].factors.extend(rest)
+            elif rest:
+                homeless.append((q, rest))
+        for k in range(0, len(homeless), 2):
+            both = homeless[k : k + 2]
+            pair = (both[0][0], both[1][0] if len(both) == 2 else (both[0][0] + 1) % qubits)
+            blocks.append(Block(pair, [f for _, rest in both for f in rest]))
+            for q, _ in both:
+                last[q] = len(blocks) - 1
 
     for time, factor in enumerate(factors):
-        if len(factor.qubits) == 2 and not factor.diagonal:
+        if factor.controls:
+            settle((*factor.qubits, *(q for q, _ in factor.controls)), time)
+            join(factor.qubits, factor.controls, [factor])
+        elif len(factor.qubits) == 2 and not factor.diagonal:
             place(time, factor)
         else:
             for q in factor.qubits:
@@ -365,21 +440,17 @@ def _fuse(factors: list[Factor], qubits: int) -> list[tuple[tuple[int, int], lis
     for time, factor in sorted({t: f for q in waiting for t, f in waiting[q].items() if len(f.qubits) == 2}.items()):
         if time in waiting[factor.qubits[0]]:
             place(time, factor)
-    for qubit, rest in waiting.items():
-        if not rest:
-            continue
-        if qubit not in last:
-            blocks.append(((qubit, (qubit + 1) % qubits), []))
-            last[qubit] = len(blocks) - 1
-        blocks[last[qubit]][1].extend(f for _, f in sorted(rest.items()))
+    settle(tuple(range(qubits)), len(factors))
     return blocks
 
 
-def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[int], list[list[int]], list, list]:
-    """Bits for each block's qubits, the relabellings (block index, bit map) on the way, and each qubit's
-    first and final bit. The `low` qubits needed last wait on the bits below kernel.PARKED_BITS; when a block
-    needs one, the qubits needed last take the low bits by swapping with the ones leaving them."""
+def _placement(blocks: list[Block], qubits: int) -> tuple[list, list, list[int], list[list[int]], list, list]:
+    """Bits for each block's qubits, each block's controls as (mask, value) on its bits, the relabellings
+    (block index, bit map) on the way, and each qubit's first and final bit. The `low` qubits needed last
+    wait on the bits below kernel.PARKED_BITS (controls may stay there); when a block needs one, the qubits
+    needed last take the low bits by swapping with the ones leaving them."""
     low = max(1, min(kernel.PARKED_BITS, qubits // 2 - 1))
+    pairs = [block.pair for block in blocks]
     uses = [[b for b, pair in enumerate(pairs) if q in pair] for q in range(qubits)]
 
     def needed_last(after: int) -> list[int]:
@@ -390,7 +461,7 @@ def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[in
     bit = {q: i for i, q in enumerate(waiting)}
     bit.update({q: low + i for i, q in enumerate(q for q in range(qubits) if q not in bit)})
     first = [bit[q] for q in range(qubits)]
-    placed, relabel, bit_maps = [], [], []
+    placed, masks, relabel, bit_maps = [], [], [], []
     for b, (a, c) in enumerate(pairs):
         if min(bit[a], bit[c]) < low:
             staying = set(needed_last(b))
@@ -405,14 +476,17 @@ def _placement(pairs: list[tuple[int, int]], qubits: int) -> tuple[list, list[in
         else:
             relabel.append(-1)
         placed.append((bit[a], bit[c]))
-    return placed, relabel, bit_maps, first, [bit[q] for q in range(qubits)]
+        controls = blocks[b].controls
+        masks.append((sum(1 << bit[q] for q, _ in controls), sum(v << bit[q] for q, v in controls)))
+    return placed, masks, relabel, bit_maps, first, [bit[q] for q in range(qubits)]
 
 
 def _schedule(
-    placed: list[tuple[int, int]], relabel: list[int], qubits: int
+    placed: list[tuple[int, int]], relabel: list[int], masked: list[bool], qubits: int
 ) -> tuple[list[int], np.ndarray, np.ndarray]:
     """The blocks' new order, where each segment starts (and the end), and each segment's window. Between
-    two relabellings (where every qubit keeps its bit) blocks that share no bit commute; each segment takes,
+    two relabellings or masked blocks (a masked block is a segment of its own in its place) blocks that
+    share no bit commute; each segment takes,
     in order, the blocks still to run whose bits avoid its window and that no block left behind shares a bit
     with, from the window that takes the most. A segment of one block is a pass of its own, as is every
     block of a state of at most one tile."""
@@ -420,7 +494,7 @@ def _schedule(
     if qubits <= TILE_BITS:
         return list(range(blocks)), np.arange(blocks + 1, dtype=np.int64), np.full(blocks, -1, np.int64)
     windows = range(TILE_BITS, LOWEST_WINDOW - 1, -1)
-    ends = [b for b in range(1, blocks) if relabel[b] >= 0] + [blocks]
+    ends = [b for b in range(1, blocks) if relabel[b] >= 0 or masked[b] or masked[b - 1]] + [blocks]
     order, starts, chosen = [], [], []
     for first, end in zip([0, *ends[:-1]], ends):
         pending = list(range(first, end))
@@ -456,17 +530,15 @@ def _embedded(factor: Factor, pair: tuple[int, int]) -> tuple:
         return factor.proj
     if len(factor.qubits) == 2:
         return tuple(SWAP @ p @ SWAP for p in factor.proj)
-    if factor.qubits[0] == pair[0]:
-        return tuple(np.kron(p, np.eye(2)) for p in factor.proj)
-    return tuple(np.kron(np.eye(2), p) for p in factor.proj)
+    return tuple(_on_pair(p, 0 if factor.qubits[0] == pair[0] else 1) for p in factor.proj)
 
 
-def _to_arrays(blocks, start: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
-    placed, relabel, bit_maps, first, final = _placement([pair for pair, _ in blocks], qubits)
-    order, segments, windows = _schedule(placed, relabel, qubits)
+def _to_arrays(blocks: list[Block], start: list[Factor], qubits: int, names: dict, index: dict) -> Plan:
+    placed, masks, relabel, bit_maps, first, final = _placement(blocks, qubits)
+    order, segments, windows = _schedule(placed, relabel, [bool(block.controls) for block in blocks], qubits)
     kinds: dict[bytes, int] = {}
     kind_eig, kind_proj, rows, starts = [], [], [], [0]
-    for pair, members in (blocks[b] for b in order):
+    for pair, members in ((blocks[b].pair, blocks[b].factors) for b in order):
         for factor in members:
             eig = np.zeros(4)
             proj = np.zeros((4, 4, 4), np.complex128)
@@ -485,6 +557,8 @@ def _to_arrays(blocks, start: list[Factor], qubits: int, names: dict, index: dic
     circuit = Circuit(
         qubits=qubits,
         block_qubits=np.array([placed[b] for b in order], np.int64).reshape(-1, 2),
+        block_mask=np.array([masks[b][0] for b in order], np.int64),
+        block_mask_value=np.array([masks[b][1] for b in order], np.int64),
         relabel=np.array(relabel, np.int64),  # a relabelling starts its stretch of blocks, which keeps its place
         bit_maps=np.array(bit_maps, np.int64).reshape(-1, qubits),
         segments=segments,
