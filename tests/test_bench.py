@@ -58,6 +58,20 @@ def test_circuits_times_forward_and_gradient(tmp_path):
     assert "| 6 | 2 |" in table and "state-sized pass" in table and "Lightning" not in table
 
 
+def test_circuits_times_the_controlled_family(tmp_path):
+    """Multi-controlled gates through a TFQ expectation layer: every figure, the family named, no projection."""
+    done = run_command(
+        "bench", "circuits", "--family", "controlled", "--qubits", "5", "--circuits", 2, "--out", tmp_path
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads((tmp_path / "circuits.json").read_text())
+    assert doc["family"] == "controlled" and doc["projection"] is None
+    (probe,) = doc["probes"]
+    for name in ("tfq", "block"):
+        assert probe[f"{name}_forward_gradient_seconds"] > probe[f"{name}_forward_seconds"] > 0
+    assert "controlled by the next 3" in (tmp_path / "circuits.md").read_text()
+
+
 def test_circuits_with_peers_agree_with_the_block_values(tmp_path):
     require(not peers.missing(), f"the peers extra is not installed ({peers.INSTALL})")
     done = run_command("bench", "circuits", "--qubits", "5", "--circuits", 2, "--peers", "--out", tmp_path)

@@ -3,7 +3,8 @@
 runtimes  qml_ray (Ray Train), the tf-operator-style baseline (plain TF_CONFIG processes) and
           one undistributed process, interleaved: epoch times, throughput, parallel efficiency,
           start-up and memory, as JSON, a Markdown table and a PNG plot
-circuits  forward and forward + gradient seconds per circuit against qubits, the block kernel's
+circuits  forward and forward + gradient seconds per circuit against qubits (the QCNN's, or with
+          --family controlled multi-controlled gates'), the block kernel's
           memory traffic against a state-sized in-place pass's, and the 23-qubit headline projected
           from them, as JSON, Markdown and plots; with --peers, qsim and PennyLane Lightning too
 """
@@ -113,8 +114,8 @@ def parse_args(argv=None):
     circuits = commands.add_parser(
         "circuits",
         help="seconds per circuit against qubits, and the headline projected",
-        description="Time the QCNN's forward and forward + gradient per circuit at each qubit count, in "
-        "this process, and write <out>/circuits.json and circuits.md. With 23 among --qubits, project "
+        description="Time the QCNN's (or --family's) forward and forward + gradient per circuit at each qubit "
+        "count, in this process, and write <out>/circuits.json and circuits.md. With 23 among --qubits, project "
         "the headline run (23 qubits, 1000 examples, 512 vCPUs) from them.",
     )
     circuits.add_argument(
@@ -122,6 +123,13 @@ def parse_args(argv=None):
     )
     circuits.add_argument(
         "--circuits", type=positive(int), metavar="N", help="circuits per batch (default: 64, down to 2 at 23 qubits)"
+    )
+    circuits.add_argument(
+        "--family",
+        choices=["qcnn", "controlled"],
+        default="qcnn",
+        help="the circuits: the QCNN (default), or multi-controlled gates (ZZ with 2 controls, rx with 3) "
+        "through a TFQ expectation layer",
     )
     circuits.add_argument(
         "--threads",
@@ -224,6 +232,8 @@ def circuits_main(args) -> None:
     efficiency, source = efficiency_from(args.efficiency_from)
     if max(args.qubits) > config_lib.MAX_QUBITS:
         raise UsageError(f"--qubits must be at most {config_lib.MAX_QUBITS}: no machine holds the state vectors")
+    if args.peers and args.family != "qcnn":
+        raise UsageError("--peers times the qcnn family only")
     if args.peers and peers.missing():
         raise UsageError(f"--peers needs {', '.join(peers.missing())}, not installed: {peers.INSTALL}")
     storage.check_local_folder(args.out)
@@ -240,7 +250,7 @@ def circuits_main(args) -> None:
     for qubits in args.qubits:
         count = args.circuits or circuits.default_circuits(qubits)
         print(f"timing {qubits} qubits, {count} circuits per batch ...", flush=True)
-        probes.append(circuits.probe(qubits, count, args.threads, args.peers))
+        probes.append(circuits.probe(qubits, count, args.threads, args.peers, args.family))
         probe = probes[-1]
         print(
             f"    forward: TFQ {probe['tfq_forward_seconds']:.4g}, block {probe['block_forward_seconds']:.4g} "
@@ -250,11 +260,12 @@ def circuits_main(args) -> None:
         )
         if args.peers:
             print(f"    {peers.progress_line(probe['peers'])}", flush=True)
-    headline = next((p for p in probes if p["qubits"] == circuits.HEADLINE.qubits), None)
+    headline = next((p for p in probes if p["qubits"] == circuits.HEADLINE.qubits and args.family == "qcnn"), None)
     doc = {
         "machine_cpus": os.cpu_count(),
         "threads": args.threads,
         "kernel_path": kernel.PATH,
+        "family": args.family,
         "probes": probes,
         "projection": circuits.project(headline, efficiency, source) if headline else None,
     }

@@ -1,8 +1,9 @@
-"""The QCNN's cost per circuit on this machine, and the headline run projected from it.
+"""A family of circuits' cost per circuit on this machine (the QCNN's, or multi-controlled gates'), and the
+headline run projected from the QCNN's.
 
-Forward: the model on a batch of circuits. Forward + gradient: the same under a GradientTape,
-then the gradient of the mean output with respect to every weight. Each with TFQ (its simulator and
-Adjoint) and with qml_ray's block-fused kernel (its own forward and adjoint). Seconds per circuit =
+Forward: the model (or a TFQ expectation layer) on a batch of circuits. Forward + gradient: the same under a
+GradientTape, then the gradient of the mean output with respect to every weight. Each with TFQ (its simulator
+and Adjoint) and with qml_ray's block-fused kernel (its own forward and adjoint). Seconds per circuit =
 seconds per batch / batch size. Run with one thread (the default), a figure is the cost on one vCPU.
 Importing this module starts TensorFlow: size its thread pools first.
 """
@@ -13,6 +14,7 @@ import time
 
 import cirq
 import numpy as np
+import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
@@ -33,6 +35,11 @@ ORIGINAL_ONE_WORKER_HOURS = 4
 
 NODE_VCPUS = 16  # one c2-standard-16 node
 DIFFERENTIATORS = ("tfq", "block")
+FAMILIES = {
+    "qcnn": "the 1-layer QCNN",
+    "controlled": "2 layers of a ry on every qubit, a ZZ on every pair of neighbours controlled by the next 2 "
+    "(values 1, 0), and a rx on every qubit controlled by the next 3 (values 1, 0, 1), each gate with a symbol",
+}
 
 
 def default_circuits(qubits: int) -> int:
@@ -79,16 +86,39 @@ class PeakMemory:
         return self.peak - self.start
 
 
-def probe(qubits: int, circuits: int, threads: int, with_peers: bool, min_seconds: float = 2.0) -> dict:
-    """Seconds per circuit of the 1-layer QCNN on `qubits` qubits: forward, and forward + gradient,
+def probe(
+    qubits: int, circuits: int, threads: int, with_peers: bool, family: str = "qcnn", min_seconds: float = 2.0
+) -> dict:
+    """Seconds per circuit of the family's circuits on `qubits` qubits: forward, and forward + gradient,
     with each differentiator; the peak memory of a gradient per circuit in flight, in state vectors
     (complex64, 8 bytes per amplitude); the block kernel's memory traffic against a state-sized pass's;
     and `with_peers`, the peers on the same circuits against the block kernel."""
-    config = Config(qubits=qubits, examples=max(10, 2 * circuits))
-    batch = tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:circuits])
+    whole, calls = {"qcnn": qcnn_calls, "controlled": controlled_calls}[family](qubits, circuits)
     state_bytes = 8 * 2**qubits
     in_flight = min(threads, circuits)
     result = {"qubits": qubits, "circuits": circuits}
+    for name, (forward, forward_and_gradient) in calls.items():
+        result[f"{name}_forward_seconds"] = seconds_per_call(forward, min_seconds) / circuits
+        with PeakMemory() as memory:
+            result[f"{name}_forward_gradient_seconds"] = seconds_per_call(forward_and_gradient, min_seconds) / circuits
+        result[f"{name}_peak_state_vectors"] = memory.extra_bytes / in_flight / state_bytes
+        result[f"{name}_gradient_to_forward"] = (
+            result[f"{name}_forward_gradient_seconds"] - result[f"{name}_forward_seconds"]
+        ) / result[f"{name}_forward_seconds"]
+    result["speedup"] = result["tfq_forward_gradient_seconds"] / result["block_forward_gradient_seconds"]
+    kept = min(circuits, kept_states(threads, state_bytes)) / circuits
+    result.update(memory_traffic(whole, result, state_bytes, kept))
+    if with_peers:
+        result["peers"] = against_peers(whole, threads, min_seconds)
+    return result
+
+
+def qcnn_calls(qubits: int, circuits: int) -> tuple[dict, dict]:
+    """The QCNN's batch (`model_circuits`), and per differentiator its model's forward and forward + gradient
+    on it, warmed up (compiling and plans of the batch stay out of the timings)."""
+    config = Config(qubits=qubits, examples=max(10, 2 * circuits))
+    batch = tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:circuits])
+    calls = {}
     for name in DIFFERENTIATORS:
         model = contract.build(config.replace(differentiator=name))
 
@@ -100,21 +130,74 @@ def probe(qubits: int, circuits: int, threads: int, with_peers: bool, min_second
                 loss = tf.reduce_mean(model(inputs, training=True))
             return tape.gradient(loss, model.trainable_variables)
 
-        forward(batch), forward_and_gradient(batch[:1])  # warm-up: compiling and plans of the batch stay out
-        result[f"{name}_forward_seconds"] = seconds_per_call(forward, min_seconds) / circuits
-        with PeakMemory() as memory:
-            result[f"{name}_forward_gradient_seconds"] = seconds_per_call(forward_and_gradient, min_seconds) / circuits
-        result[f"{name}_peak_state_vectors"] = memory.extra_bytes / in_flight / state_bytes
-        result[f"{name}_gradient_to_forward"] = (
-            result[f"{name}_forward_gradient_seconds"] - result[f"{name}_forward_seconds"]
-        ) / result[f"{name}_forward_seconds"]
-    result["speedup"] = result["tfq_forward_gradient_seconds"] / result["block_forward_gradient_seconds"]
-    whole = model_circuits(config, model, batch)  # the block model's: the last built
-    kept = min(circuits, kept_states(threads, state_bytes)) / circuits
-    result.update(memory_traffic(whole, result, state_bytes, kept))
-    if with_peers:
-        result["peers"] = against_peers(whole, threads, min_seconds)
-    return result
+        forward(batch), forward_and_gradient(batch[:1])
+        calls[name] = forward, forward_and_gradient
+    return model_circuits(config, model, batch), calls  # the block model's: the last built
+
+
+def controlled_calls(qubits: int, circuits: int) -> tuple[dict, dict]:
+    """A batch of the controlled family's circuits (`controlled_circuits`), and per differentiator a TFQ
+    expectation layer's forward and forward + gradient (with respect to the weights) on it, warmed up."""
+    whole = controlled_circuits(qubits, circuits)
+    programs, names, sums = (tf.constant(whole[key]) for key in ("programs", "names", "pauli_sums"))
+    calls = {}
+    for name, differentiator in (("tfq", tfq.differentiators.Adjoint()), ("block", BlockAdjoint())):
+        layer = tfq.layers.Expectation(differentiator=differentiator)
+        weights = tf.Variable(np.tile(whole["weights"], (circuits, 1)))
+
+        def forward(layer=layer, weights=weights):
+            return layer(programs, symbol_names=names, symbol_values=weights, operators=sums)
+
+        def forward_and_gradient(forward=forward, weights=weights):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(forward())
+            return tape.gradient(loss, weights)
+
+        forward(), forward_and_gradient()
+        calls[name] = forward, forward_and_gradient
+    return whole, calls
+
+
+def controlled_circuits(qubits: int, circuits: int) -> dict:
+    """The controlled family (FAMILIES) after a data encoding (H on every qubit, then a rx of the circuit's own
+    angle on each), readouts Z on every fourth qubit, weights drawn once; as `model_circuits` gives them."""
+    register = cirq.LineQubit.range(qubits)
+    symbols = []
+
+    def symbol() -> sympy.Symbol:
+        symbols.append(sympy.Symbol(f"c{len(symbols)}"))
+        return symbols[-1]
+
+    def near(q: int, *steps: int) -> list:
+        return [register[(q + step) % qubits] for step in steps]
+
+    model = cirq.Circuit()
+    for _ in range(2):
+        model += (cirq.ry(symbol())(q) for q in register)
+        model += (
+            (cirq.ZZ(*near(q, 0, 1)) ** symbol()).controlled_by(*near(q, 2, 3), control_values=[1, 0])
+            for q in range(qubits)
+        )
+        model += (
+            cirq.rx(symbol())(register[q]).controlled_by(*near(q, 1, 2, 3), control_values=[1, 0, 1])
+            for q in range(qubits)
+        )
+    rng = np.random.default_rng(qubits)
+    encodings = [
+        cirq.Circuit(cirq.H.on_each(register), (cirq.rx(a)(q) for a, q in zip(rng.uniform(-3, 3, qubits), register)))
+        for _ in range(circuits)
+    ]
+    whole = [encoding + model for encoding in encodings]
+    readouts = [cirq.Z(q) for q in register[::4]]
+    return {
+        "circuits": whole,
+        "symbols": symbols,
+        "weights": rng.uniform(-3, 3, len(symbols)).astype(np.float32),
+        "readouts": readouts,
+        "programs": tfq.convert_to_tensor(whole).numpy(),
+        "names": np.array([str(s).encode() for s in symbols]),
+        "pauli_sums": tfq.convert_to_tensor([readouts] * len(whole)).numpy(),
+    }
 
 
 def model_circuits(config: Config, model, batch) -> dict:
@@ -264,8 +347,8 @@ def markdown(doc: dict) -> str:
     """The costs as a Markdown table, and the projection, said to be one."""
     lines = [
         f"Seconds per circuit with {doc['threads']} thread(s) (TensorFlow's pools and the block kernel's) on "
-        f"this machine ({doc['machine_cpus']} CPUs), the block kernel on its {doc['kernel_path']} path; the 1-layer "
-        "QCNN. Memory: the gradient's peak above the "
+        f"this machine ({doc['machine_cpus']} CPUs), the block kernel on its {doc['kernel_path']} path; "
+        f"{FAMILIES[doc['family']]}. Memory: the gradient's peak above the "
         "process's level, per circuit in flight, in state vectors (8 bytes per amplitude), sampled.",
         "",
         "| qubits | circuits per batch | forward: TFQ, block | forward + gradient: TFQ | block "
