@@ -1,4 +1,4 @@
-"""What makes the rendered manifests secure by default (README: "Security on GKE").
+"""What makes the rendered manifests secure by default (docs/security.md).
 
 Every pod meets Kubernetes' "restricted" Pod Security Standard: the image's non-root user,
 no privilege escalation, no capabilities, the runtime's seccomp profile, and a read-only root

@@ -78,7 +78,7 @@ up() {
   helm repo update kuberay
   helm install kuberay-operator kuberay/kuberay-operator --version "$KUBERAY_VERSION" \
     --namespace "$NAMESPACE" --set singleNamespaceInstall=true --wait
-  echo "ready: manifests in $RENDERED/ (see the README, 'Run on GKE')"
+  echo "ready: manifests in $RENDERED/ (see docs/gke.md)"
 }
 
 down() {

@@ -29,7 +29,7 @@ CHECKOV = Path(os.environ.get("CHECKOV", ROOT / ".venv-checkov" / "bin" / "check
 CHECKOV_PIN = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["checkov"][0]
 CHECKOV_ACCEPTED = ROOT / "cluster" / "checkov-accepted.yaml"
 CHECKED_IN = ROOT / "cluster" / "qcnn-23q.yaml"
-# The documented defaults that cluster/qcnn-23q.yaml is rendered with (see the README).
+# The documented defaults that cluster/qcnn-23q.yaml is rendered with (see docs/gke.md).
 DEFAULTS = {
     "image": "us-central1-docker.pkg.dev/my-project/qml-ray/qml-ray:0.1.0@sha256:" + "0123456789abcdef" * 4,
     "bucket": "my-project-qml-ray",
@@ -395,7 +395,7 @@ def runs(manifest: dict) -> str:
 def test_checkov_finds_nothing_but_the_accepted(tmp_path):
     """checkov over every rendered manifest, and each Ray pod template as a Pod (checkov does not look
     into Ray's resources): no failed check but those in cluster/checkov-accepted.yaml, each still needed."""
-    require(CHECKOV.exists(), f"no checkov at {CHECKOV}: install it as the README says (Quick start), or set CHECKOV")
+    require(CHECKOV.exists(), f"no checkov at {CHECKOV}: install it as docs/testing.md says, or set CHECKOV")
     scanned = {}
     for index, (label, doc) in enumerate(MANIFESTS):
         pods = [as_pod(doc, template) for template in pod_templates(doc) if doc["kind"] != "Deployment"]
