@@ -224,11 +224,14 @@ def model_circuits(config: Config, model, batch) -> dict:
 def forward_bytes(whole: dict) -> float:
     """Bytes the block kernel's forward moves per circuit (mean over the batch): each pass over the state (the
     start's, a segment's: one block, or several applied tile by tile; or a relabelling) reads and writes it
-    once (complex64, padded to the kernel's least qubits)."""
+    once (complex64, padded to the kernel's least qubits); a masked block's, the cache lines (of 16 amplitudes
+    per plane) holding its matching amplitudes: half for each control bit above the lowest 4."""
     moved = []
     for program in whole["programs"]:
         circuit = plan(program, tuple(s.decode() for s in whole["names"])).circuit
-        passes = len(circuit.segments) + int(np.count_nonzero(circuit.relabel >= 0))  # the start's, then segments
+        masks = circuit.block_mask[circuit.segments[:-1]]  # a masked block is a segment of its own
+        segments = sum(0.5 ** bin(int(mask) >> 4).count("1") for mask in masks)
+        passes = 1 + segments + int(np.count_nonzero(circuit.relabel >= 0))  # the start's, segments', relabellings'
         moved.append(2 * 8 * 2**circuit.qubits * passes)
     return float(np.mean(moved))
 
