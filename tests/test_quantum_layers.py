@@ -130,3 +130,31 @@ def test_block_on_a_model_that_cannot_take_it_is_one_error_line(tmp_path, shared
     assert "differentiator block: layer noisy (NoisyPQC) cannot take the block gradient" in line
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "runs" / "noisy").exists()
+
+
+def on_qubits(count: int):
+    """A model whose PQC holds a circuit on `count` qubits (a rotation on each)."""
+    qubits = cirq.LineQubit.range(count)
+    circuits = tf.keras.Input(shape=(), dtype=tf.string)
+    readout = tfq.layers.PQC(cirq.Circuit(cirq.rx(ANGLE).on_each(qubits)), cirq.Z(qubits[-1]))(circuits)
+    return tf.keras.Model(circuits, readout)
+
+
+def test_the_memory_check_counts_the_models_and_the_datas_qubits(shared_ray):
+    """Sized from the circuits, not from the `qubits` key: 34 qubits fit no node here, 4 fit any."""
+    import ray
+
+    from qml_ray import runtime
+    from qml_ray.errors import UsageError
+    from qml_ray.worker import require_state_memory
+
+    runtime.connect(shared_ray, log_to_driver=False)
+    try:
+        require_state_memory(on_qubits(4), None, 1)
+        with pytest.raises(UsageError, match=r"a training worker's state vectors \(34 qubits, 1 thread\(s\)\) need"):
+            require_state_memory(on_qubits(34), None, 1)
+        data = tfq.convert_to_tensor([cirq.Circuit(cirq.X.on_each(cirq.LineQubit.range(4, 34)))]).numpy()[0]
+        with pytest.raises(UsageError, match=r"\(34 qubits, 1 thread\(s\)\)"):  # the model's 4, the data's 30
+            require_state_memory(on_qubits(4), data, 1)
+    finally:
+        ray.shutdown()
