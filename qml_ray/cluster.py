@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from qml_ray import cli, config as config_lib, contract, hardening, storage
+from qml_ray import cli, config as config_lib, hardening, storage
 from qml_ray.errors import UsageError
 
 RAY_VERSION = version("ray")
@@ -95,7 +95,7 @@ def model_options(args) -> list[str]:
     """The training entrypoint's --model, --data and --param flags, as given (checked first)."""
     cli.params_given(args)
     if args.model:
-        contract.parse(args.model)
+        config_lib.parse_model(args.model)
     if args.data:
         storage.check_location(args.data)
     given = [("--model", args.model), ("--data", args.data), *(("--param", spec) for spec in args.param)]

@@ -4,6 +4,7 @@ pydantic validates it (types, bounds, choices, unknown keys); every failure beco
 UsageError line naming the key.
 """
 
+import re
 import reprlib
 import typing
 from pathlib import Path
@@ -22,6 +23,7 @@ from qml_ray.errors import UsageError
 # more than the largest machines have (about 12 TB).
 MAX_QUBITS = 38
 DEFAULT_MODEL = "qml_ray.model:qcnn"
+MODEL_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # MODULE:FUNCTION
 STATES_PER_CIRCUIT = 3
 AMPLITUDE_BYTES = 8
 # The block method's forward keeps more final states than one per thread while they fit this many
@@ -138,9 +140,7 @@ class Config(pydantic.BaseModel):
             self.profiler_port == 0 or 1024 <= self.profiler_port <= top,
             f"profiler_port must be 0 (off) or 1024..{top}",
         )
-        from qml_ray.contract import parse
-
-        parse(self.model)
+        parse_model(self.model)
         for location in (self.storage, self.data, self.validation_data):
             if location:
                 storage.check_location(location)
@@ -196,6 +196,14 @@ def kind(key: str) -> type:
     if typing.get_origin(annotation) is Literal:
         return str
     return typing.get_origin(annotation) or annotation
+
+
+def parse_model(spec: str) -> tuple[str, str]:
+    """(module, function) of a MODULE:FUNCTION spec, or a UsageError."""
+    if not MODEL_SPEC.match(spec):
+        raise UsageError(f"model must be MODULE:FUNCTION (e.g. mymodels:classifier), got {spec!r}")
+    module, function = spec.split(":")
+    return module, function
 
 
 def state_bytes(qubits: int, threads: int) -> int:

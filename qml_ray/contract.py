@@ -21,15 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from qml_ray import storage
-from qml_ray.errors import UsageError
+from qml_ray.config import FIELDS, parse_model
+from qml_ray.errors import ModelError, UsageError
 
 NOT_A_NAME = re.compile(r"\W")
-SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 PICKLE = "model.pkl"  # in a run folder: the model function, when it was given as a Python callable
-
-
-class ModelError(UsageError):
-    """The model function or what it returned breaks the contract."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +34,6 @@ class Signature:
 
     names: tuple[str, ...]
     open_ended: bool
-
-
-def parse(spec: str) -> tuple[str, str]:
-    """(module, function) of a MODULE:FUNCTION spec, or a UsageError."""
-    if not SPEC.match(spec):
-        raise UsageError(f"model must be MODULE:FUNCTION (e.g. mymodels:classifier), got {spec!r}")
-    module, function = spec.split(":")
-    return module, function
 
 
 def name_of(function: Callable) -> str:
@@ -96,7 +84,7 @@ def signature(model: str | Callable) -> Signature | None:
     source cannot tell); a UsageError when the module or function does not exist."""
     if callable(model):
         return _of_parameters(inspect.signature(model).parameters.values())
-    module, function = parse(model)
+    module, function = parse_model(model)
     try:
         spec = importlib.util.find_spec(module)
     except Exception as err:  # a parent package failed to import, or is no package
@@ -153,8 +141,6 @@ def check(config, model: str | Callable | None = None) -> None:
 def arguments(config, takes: Signature) -> dict:
     """The keyword arguments for the model function: for each of its parameters named like a config
     key, that key's value, then `params`; a UsageError for a param the function does not take."""
-    from qml_ray.config import FIELDS
-
     params = config.params
     _check_names(params)
     unknown = sorted(set(params) - set(takes.names))
@@ -168,8 +154,6 @@ def arguments(config, takes: Signature) -> dict:
 
 
 def _check_names(params: dict) -> None:
-    from qml_ray.config import FIELDS
-
     clashing = sorted(set(params) & set(FIELDS))
     if clashing:
         raise UsageError(f"param {clashing[0]!r} is a config key: set it with --{clashing[0].replace('_', '-')}")
@@ -179,7 +163,7 @@ def resolve(model: str | Callable) -> Callable:
     """The model function itself (imports its module)."""
     if callable(model):
         return model
-    module, function = parse(model)
+    module, function = parse_model(model)
     try:
         found = getattr(importlib.import_module(module), function, None)
     except Exception as err:  # the user's module: any error it raises on import

@@ -13,6 +13,10 @@ class UsageError(Exception):
     """Bad input (config, flags, run folder, weights): printed as one line, exit status 2."""
 
 
+class ModelError(UsageError):
+    """The model function or what it returned breaks the contract (qml_ray.contract)."""
+
+
 class EnvironmentProblem(Exception):
     """The environment failed the command (storage, network, credentials): one line, exit status 1."""
 

@@ -24,7 +24,7 @@ import tensorflow_quantum as tfq
 from tensorflow_quantum.python.layers.circuit_executors import expectation, sampled_expectation
 from tensorflow_quantum.python.layers.high_level import controlled_pqc, noisy_controlled_pqc, noisy_pqc, pqc
 
-from qml_ray.contract import ModelError
+from qml_ray.errors import ModelError
 from qml_ray.gradients import BlockAdjoint, UnsupportedGate, plan
 
 # Layers that hold their circuit: the attribute of the executor (an Expectation-like layer, or the op

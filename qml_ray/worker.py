@@ -27,7 +27,7 @@ import ray.train
 from qml_ray import contract, datasets, runtime, storage
 from qml_ray.checkpoints import whole
 from qml_ray.config import Config
-from qml_ray.errors import UsageError
+from qml_ray.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -290,7 +290,7 @@ def require_outputs(model: tf.keras.Model, label_width: int, config: Config) -> 
     """A ModelError unless the model has one output of `label_width` values per circuit."""
     shape = model.output_shape
     if not isinstance(shape, tuple) or (shape[1:] or (1,)) != (label_width,):
-        raise contract.ModelError(
+        raise ModelError(
             f"the model of {config.model} outputs {shape} per batch, but the data's labels hold "
             f"{label_width} value(s) per circuit: its output must be (None, {label_width})"
         )

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from qml_ray import config as config_lib, storage
-from qml_ray.errors import MAX_LINE, one_line
+from qml_ray.errors import MAX_LINE, ModelError, one_line
 
 from conftest import CPUS, SMOKE, command_env, free_port, run_command
 
@@ -497,5 +497,5 @@ def test_a_model_module_that_fails_to_import_is_named_with_its_error(tree, monke
 
     monkeypatch.syspath_prepend(str(tree["work"]))
     monkeypatch.setattr("sys.dont_write_bytecode", True)
-    with pytest.raises(contract.ModelError, match="cannot import model module 'failing': ModuleNotFoundError: No mod"):
+    with pytest.raises(ModelError, match="cannot import model module 'failing': ModuleNotFoundError: No mod"):
         contract.resolve("failing:build")
