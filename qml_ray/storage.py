@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from qml_ray.errors import EnvironmentProblem, UsageError
 
-# The run folder, <storage>/<name>/, holds these (see the README):
+# The run folder, <storage>/<name>/, holds these (docs/storage.md, The run folder):
 CONFIG = "config.yaml"  # the resolved config
 DATA = "data"  # train.parquet and test.parquet
 CHECKPOINTS = "checkpoints"  # Ray Train checkpoints, one folder per checkpointed epoch
