@@ -325,17 +325,19 @@ SERVICES = {
 }
 
 
+def proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name: state, parent PID, group, session, ...;
+    empty once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
 def session_processes(session: int) -> list[int]:
     """The running processes of a session (a process group started with start_new_session)."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[3]) == session and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
+    pids = (int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat"))
+    return [pid for pid in pids if (fields := proc_stat(pid)) and int(fields[3]) == session and fields[0] != "Z"]
 
 
 CLUSTER_SCRIPT = ROOT / "scripts" / "local_cluster.sh"
@@ -387,10 +389,8 @@ def cluster(tmp_path_factory):
 
 def is_running(pid: int) -> bool:
     """Whether the process runs (a zombie waiting for its reaper has stopped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def ray_cli(env: dict, *args: str, check: bool = True) -> str:

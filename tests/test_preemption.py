@@ -22,7 +22,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 
 from qml_ray import config as config_lib, runtime, storage
 
-from conftest import SMOKE, ray_cli, submit
+from conftest import SMOKE, proc_stat, ray_cli, submit
 
 pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
 
@@ -101,7 +101,7 @@ def training_worker_raylets(cluster) -> list[int]:
 
 
 def parent_pid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+    return int(proc_stat(pid)[1])
 
 
 def epochs_by_attempt(logs: str) -> list[list[int]]:
