@@ -15,13 +15,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from qml_ray import checkpoints, claims, cli, config as config_lib, contract, datasets, interrupts, runtime, storage
+from qml_ray import (
+    checkpoints,
+    claims,
+    cli,
+    config as config_lib,
+    contract,
+    datasets,
+    interrupts,
+    runtime,
+    storage,
+    warm_up,
+)
 from qml_ray.errors import UsageError, one_line
 
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 TRAIN_METRICS_ENV = "RAY_TRAIN_METRICS_ENABLED"
-MIN_REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own default wait for a worker group to start
+DEFAULT_REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own default wait for a worker group to start
 # Keys that define a run's data set and model: a resumed run must keep them.
 FIXED_ON_RESUME = (
     "model",
@@ -121,8 +132,9 @@ def published_epochs(run: str) -> int:
 
 
 def replacement_wait(config: config_lib.Config) -> float:
-    """Seconds Ray Train waits, after losing workers, for the cluster to place them all again."""
-    return max(config.capacity_timeout, MIN_REPLACEMENT_WAIT_SECONDS)
+    """Seconds Ray Train waits, after losing workers, for the cluster to place them all again:
+    `capacity_timeout`, or Ray Train's default when that is 0 (which fails at once only at the start)."""
+    return config.capacity_timeout or DEFAULT_REPLACEMENT_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -253,10 +265,15 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
             failure_config=FailureConfig(max_failures=config.max_failures, controller_failure_limit=0),
             logging_config=LoggingConfig(log_level="WARNING"),
             callbacks=list(callbacks),
-            worker_runtime_env={"env_vars": runtime.worker_env(config.cpus_per_worker, config.size_thread_pools)},
+            worker_runtime_env={"env_vars": training_worker_env(config)},
         ),
     )
     return trainer.fit()
+
+
+def training_worker_env(config: config_lib.Config) -> dict:
+    """A training worker's env vars: its thread pools, and the mark that starts its imports early (warm_up.py)."""
+    return {**runtime.worker_env(config.cpus_per_worker, config.size_thread_pools), warm_up.TRAINING_WORKER_ENV: "1"}
 
 
 def warn_idle_threads(config: config_lib.Config, train_rows: int | None = None) -> None:
