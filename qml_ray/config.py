@@ -105,7 +105,10 @@ class Config(pydantic.BaseModel):
     checkpoint_every: Whole = _key(5, "epochs between checkpoints (the last epoch always is one)", ge=1)
     max_failures: Whole = _key(3, "times Ray Train restarts the workers from the last checkpoint after a failure", ge=0)
     capacity_timeout: Whole = _key(
-        0, "seconds to wait for the cluster to grow to the workers (autoscaling); 0 fails at once", ge=0
+        0,
+        "seconds to wait for the cluster to grow to the workers (autoscaling), at the start and after "
+        "losing workers; 0: fail at once at the start, wait 60 s for lost workers' replacements",
+        ge=0,
     )
     storage: str = _key("runs", "where the run folders live: a local folder or gs://BUCKET/PREFIX")
     size_thread_pools: bool = _key(

@@ -13,9 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from qml_ray import config as config_lib, storage
 from qml_ray.infer import load_trained_model
 
-from conftest import TUTORIAL, run_command
-
-EPOCHS = config_lib.load(TUTORIAL).epochs
+from conftest import TUTORIAL, TUTORIAL_EPOCHS as EPOCHS, run_command
 
 
 def epoch_lines(output: str) -> list[tuple[int, int]]:
@@ -30,7 +28,7 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
     assert history["loss"].iloc[-1] < history["loss"].iloc[0]
     assert (history["circuits_per_second"] > 0).all() and (history["epoch_seconds"] > 0).all()
 
-    assert config_lib.of_run(str(run)) == config_lib.load(TUTORIAL).replace(storage=str(run.parent))
+    assert config_lib.of_run(str(run)) == config_lib.load(TUTORIAL).replace(storage=str(run.parent), epochs=EPOCHS)
     assert {p.name for p in (run / "data").iterdir()} == {"train.parquet", "test.parquet"}
     assert (run / "weights" / "model.index").is_file()
     every = config_lib.load(TUTORIAL).checkpoint_every

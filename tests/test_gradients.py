@@ -708,11 +708,12 @@ def losses(path) -> list[float]:
         return [float(row["loss"]) for row in csv.DictReader(f)]
 
 
-def test_training_with_block_and_tfq_gradients_agree(tmp_path):
+def test_training_with_block_and_tfq_gradients_agree(tmp_path, shared_ray):
     """The tutorial's model on 2 workers, MultiWorkerMirroredStrategy on Ray Train, the same seed:
     the same losses."""
     for name in ("block", "tfq"):
         options = ("--workers", 2, "--epochs", EPOCHS, "--differentiator", name, "--storage", tmp_path, "--name", name)
+        options += ("--address", shared_ray)
         done = run_command("train", "--config", ROOT / "configs" / "tutorial.yaml", *options)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     block, tfq_losses = losses(tmp_path / "block"), losses(tmp_path / "tfq")

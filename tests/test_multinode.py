@@ -19,18 +19,10 @@ EPOCHS = 3  # the training is held after the first until its exported epoch gaug
 GAUGE_SECONDS = 5  # more than Ray keeps a gauge not set again: 2 export intervals of 1 s (conftest.cluster)
 
 
-def dashboard_get(url: str, path: str):
-    """A dashboard API answer (JSON), with Ray's token as the browser sends it."""
-    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
-    request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.load(response)
-
-
-def scraped_epoch(url: str, run: str) -> float | None:
+def scraped_epoch(cluster, run: str) -> float | None:
     """The run's `epoch` gauge on any node's metrics endpoint (found as Prometheus finds them,
     through the dashboard's service discovery), or None before one exports it."""
-    for group in dashboard_get(url, "/api/prometheus/sd"):
+    for group in cluster.get("/api/prometheus/sd"):
         for target in group["targets"]:
             with urllib.request.urlopen(f"http://{target}/metrics", timeout=30) as response:
                 text = response.read().decode()
@@ -60,7 +52,7 @@ def test_training_and_inference_jobs_on_a_multi_node_cluster(cluster, tmp_path):
     train = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={runtime.HOLD_ENV: str(hold)})
     wait_until_held(hold, url, env, train)  # held in epoch 2: rank 0 set the gauges at epoch 1's end
     time.sleep(GAUGE_SECONDS)  # without a refresh, Ray's agent would have dropped them by now
-    exported = scraped_epoch(url, "smoke")  # ray_qml_ray_epoch{run="smoke"} while it trains
+    exported = scraped_epoch(cluster, "smoke")  # ray_qml_ray_epoch{run="smoke"} while it trains
     hold.unlink()
     logs = ray_cli(env, "job", "logs", train, "--address", url, "--follow")
     assert "succeeded" in ray_cli(env, "job", "status", train, "--address", url).lower(), logs[-3000:]
@@ -70,7 +62,7 @@ def test_training_and_inference_jobs_on_a_multi_node_cluster(cluster, tmp_path):
     listing = "list actors --filter class_name=RayTrainWorker --detail --format json".split()
     actors = json.loads(ray_cli(env, *listing, "--address", url))
     assert len({actor["node_id"] for actor in actors}) == 2  # one training worker per worker node
-    [run] = dashboard_get(url, "/api/train/v2/runs/v1")["train_runs"]  # the dashboard's Train view
+    [run] = cluster.train_runs()  # the dashboard's Train view
     assert run["name"] == "smoke" and run["status"] == "FINISHED"
 
     infer = submit(url, env, "qml_ray.infer", "--run", tmp_path / "smoke")

@@ -1,6 +1,6 @@
 """What a run folder holds across versions and interruptions, in this process: weights written under
 the old `qcnn` prefix still load (infer, --resume), --resume can set a key back to its default, and an
-interrupted write of predictions leaves no folder behind."""
+interrupted write of predictions leaves no folder behind; how long lost workers are waited for."""
 
 import json
 import signal
@@ -78,3 +78,8 @@ def test_an_interrupted_write_of_predictions_leaves_no_folder(tmp_path):
     with pytest.raises(interrupts.Interrupted):
         infer.write_predictions(InterruptedWrite(), str(tmp_path))
     assert list((tmp_path / storage.PREDICTIONS).iterdir()) == []
+
+
+def test_lost_workers_are_waited_for_as_long_as_capacity_timeout_says_or_60_s():
+    assert train.replacement_wait(SMALL.replace(capacity_timeout=10)) == 10
+    assert train.replacement_wait(SMALL) == train.DEFAULT_REPLACEMENT_WAIT_SECONDS == 60  # 0: fail at once at the start

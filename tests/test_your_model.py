@@ -155,11 +155,12 @@ def test_the_classifier_example_trains_on_two_workers_and_infers(tmp_path, share
 
 
 def test_a_sweep_over_the_regression_examples_parameters_then_infer_with_the_best(tmp_path, shared_ray):
-    """Ray Tune trials of a user's model, on 2 workers each: one per value of one of its own parameters."""
+    """Ray Tune trials of a user's model, side by side on a worker each: one per value of one of its own
+    parameters."""
     from examples import regression
 
     regression.make_data(str(tmp_path / "data"))
-    options = ("--data", tmp_path / "data", "--grid", "param.readout_layers=1,2", "--workers", 2, "--epochs", 4)
+    options = ("--data", tmp_path / "data", "--grid", "param.readout_layers=1,2", "--workers", 1, "--epochs", 4)
     options += ("--batch-size", 16, "--address", shared_ray)
     done = run_command(
         "sweep", "--model", "examples.regression:regressor", *options, "--storage", tmp_path, "--name", "layers"
