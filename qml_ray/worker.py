@@ -1,10 +1,10 @@
 """What each Ray Train worker runs: MultiWorkerMirroredStrategy training of the run's model.
 
-Ray Train sets TF_CONFIG on every worker before this runs (tf_backend.py) and hands each worker
-its shard of the run's Ray Datasets. The worker builds the model (the model contract,
-contract.py), fits it on its shard with the run's callbacks (callbacks.py: the epoch lines,
-metrics.csv, TensorBoard, reports and checkpoints to Ray Train) and, when it restarts, continues
-from the latest checkpoint.
+The command hands every worker a Job (train.fit); Ray Train sets TF_CONFIG on every worker before
+this runs (tf_backend.py) and hands each worker its shard of the run's Ray Datasets. The worker
+builds the model (the model contract, contract.py), fits it on its shard with the run's callbacks
+(callbacks.py: the epoch lines, metrics.csv, TensorBoard, reports and checkpoints to Ray Train,
+then the config's own) and, when it restarts, continues from the latest checkpoint.
 
 TensorFlow is imported inside the functions: Ray Train's controller imports this module to
 unpickle `train_worker`, and has no use for TensorFlow.
