@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray.train
@@ -29,6 +30,9 @@ from qml_ray import contract, storage
 from qml_ray.checkpoints import write_manifest
 from qml_ray.config import Config
 from qml_ray.errors import ModelError
+
+if TYPE_CHECKING:
+    from qml_ray.worker import Inputs, Job
 
 PROGRESS_SECONDS = 30  # the shortest time between two of an epoch's progress lines
 # Ray's metrics agent drops a gauge not set again within two export intervals (each at least 1 s),
@@ -43,8 +47,10 @@ RAY_METRICS = {  # the history's keys exported as Ray metrics (every model has t
 }
 
 
-def for_replica(job, rank: int, inputs, rows: list[dict], summaries_dir: str | None, extra=None) -> list:
-    """The callbacks of one replica's training (a worker.Job's), in the order Keras must call them
+def for_replica(
+    job: "Job", rank: int, inputs: "Inputs", rows: list[dict], summaries_dir: str | None, extra: Callable | None = None
+) -> list:
+    """The callbacks of one replica's training, in the order Keras must call them
     (each per-epoch one reads what those before it recorded): the step profiler first (rank 0, when
     asked for); timing and history on every rank; on rank 0 the progress and epoch lines,
     TensorBoard and the run logs; then those `extra(history, summaries_dir)` makes (the runtime's:
@@ -62,7 +68,7 @@ def for_replica(job, rank: int, inputs, rows: list[dict], summaries_dir: str | N
             TensorBoardLog(history, summaries_dir),
             RunLogs(history, job.run, summaries_dir),
         ]
-    return callbacks + (extra(history, summaries_dir) if extra else []) + users(config, rank, job.run)
+    return callbacks + (extra(history, summaries_dir) if extra else []) + configured(config, rank, job.run)
 
 
 def ray_train(config: Config, run: str, rank: int, steps: int):
@@ -76,12 +82,16 @@ def ray_train(config: Config, run: str, rank: int, steps: int):
     return extra
 
 
-def users(config: Config, rank: int, run: str) -> list:
-    """The Keras callbacks the config's `callbacks` function (MODULE:FUNCTION) returns for this
-    replica, called as FUNCTION(rank=RANK, run=RUN_FOLDER); none when the key is empty."""
+def configured(config: Config, rank: int, run: str) -> list:
+    """The Keras callbacks the config's `callbacks` function (MODULE:FUNCTION, the user's) returns
+    for this replica, called as FUNCTION(rank=RANK, run=RUN_FOLDER); none when the key is empty."""
     if not config.callbacks:
         return []
-    found = contract.resolve(config.callbacks, "callbacks")(rank=rank, run=run)
+    function = contract.resolve(config.callbacks, "callbacks")
+    try:
+        found = function(rank=rank, run=run)
+    except Exception as err:  # the user's function: any error it raises
+        raise ModelError(f"the callbacks function {config.callbacks} failed: {type(err).__name__}: {err}") from None
     if not isinstance(found, list | tuple) or not all(isinstance(c, tf.keras.callbacks.Callback) for c in found):
         raise ModelError(f"the callbacks function {config.callbacks} must return a list of Keras callbacks")
     return list(found)
