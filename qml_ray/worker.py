@@ -82,10 +82,10 @@ def train_worker(job: Job) -> None:
     is told to the command, which ends at once in one line (Ray Train's restarts would only meet it again)."""
     import tensorflow as tf
 
-    from qml_ray.callbacks import ray_train
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    from qml_ray.callbacks import ray_train  # after the strategy, as every import of Keras and TFQ
     from qml_ray.console import problems_told
 
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     if job.in_memory:
