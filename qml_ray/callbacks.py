@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import ray.train
@@ -30,9 +29,6 @@ from qml_ray import contract, storage
 from qml_ray.checkpoints import write_manifest
 from qml_ray.config import Config
 from qml_ray.errors import ModelError
-
-if TYPE_CHECKING:
-    from qml_ray.worker import Inputs, Job
 
 PROGRESS_SECONDS = 30  # the shortest time between two of an epoch's progress lines
 # Ray's metrics agent drops a gauge not set again within two export intervals (each at least 1 s),
@@ -48,13 +44,14 @@ RAY_METRICS = {  # the history's keys exported as Ray metrics (every model has t
 
 
 def for_replica(
-    job: "Job", rank: int, inputs: "Inputs", rows: list[dict], summaries_dir: str | None, extra: Callable | None = None
+    job, rank: int, inputs, rows: list[dict], summaries_dir: str | None, extra: Callable | None = None
 ) -> list:
-    """The callbacks of one replica's training, in the order Keras must call them
-    (each per-epoch one reads what those before it recorded): the step profiler first (rank 0, when
-    asked for); timing and history on every rank; on rank 0 the progress and epoch lines,
-    TensorBoard and the run logs; then those `extra(history, summaries_dir)` makes (the runtime's:
-    Ray Train's, ray_train) and last those the config's `callbacks` function returns (the user's)."""
+    """The callbacks of one replica's training (`job` a worker.Job, `inputs` its worker.Inputs), in
+    the order Keras must call them (each per-epoch one reads what those before it recorded): the
+    step profiler first (rank 0, when asked for); timing and history on every rank; on rank 0 the
+    progress and epoch lines, TensorBoard and the run logs; then those `extra(history,
+    summaries_dir)` makes (the runtime's: Ray Train's, ray_train) and last those the config's
+    `callbacks` function returns (the user's)."""
     config = job.config
     clock = EpochClock()
     history = MetricsHistory(rows, clock, inputs.train_circuits, inputs.steps)
