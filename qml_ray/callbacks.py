@@ -5,16 +5,16 @@ recorded: EpochClock times the epoch, MetricsHistory makes the epoch's row from 
 Keras's metrics, then on rank 0 ConsoleLine says the row, TensorBoardLog writes it to
 the TensorBoard logs and RunLogs publishes metrics.csv and those logs to the run folder,
 and under Ray Train RayReport reports it, with a checkpoint when one is due (or a node is
-draining). ProgressLine (rank 0: lines within long epochs), StepProfiler (rank 0, before
-the others) and Timings (the benchmark's, last) stand apart. Under Ray Train, rank 0's RayMetrics
-sets each row as Ray metrics, for the dashboard and Prometheus.
+draining). ProgressLine (rank 0: lines within long epochs) and StepProfiler (rank 0, before
+the others) stand apart. Under Ray Train, rank 0's RayMetrics sets each row as Ray metrics, for
+the dashboard and Prometheus. The callbacks the config's `callbacks` function returns (the user's;
+the benchmark's timings, the fault tests' hold) come last.
 """
 
 import csv
 import io
 import json
 import os
-import resource
 import shutil
 import tempfile
 import threading
@@ -25,9 +25,10 @@ import numpy as np
 import ray.train
 import tensorflow as tf
 
-from qml_ray import runtime, storage
+from qml_ray import contract, storage
 from qml_ray.checkpoints import write_manifest
 from qml_ray.config import Config
+from qml_ray.errors import ModelError
 
 PROGRESS_SECONDS = 30  # the shortest time between two of an epoch's progress lines
 # Ray's metrics agent drops a gauge not set again within two export intervals (each at least 1 s),
@@ -42,37 +43,55 @@ RAY_METRICS = {  # the history's keys exported as Ray metrics (every model has t
 }
 
 
-def for_replica(config, run, rank, inputs, rows, summaries_dir, ray_train, say) -> list:
-    """The callbacks of one replica's training, in the order Keras must call them (each per-epoch one
-    reads what those before it recorded): timing and history on every rank; on rank 0 the console,
-    TensorBoard and run logs; under Ray Train the report (every rank) and Ray metrics (rank 0); the
-    step profiler first, the fault tests' hold before it, and the benchmark's timings last, when asked for."""
+def for_replica(
+    job, rank: int, inputs, rows: list[dict], summaries_dir: str | None, extra: Callable | None = None
+) -> list:
+    """The callbacks of one replica's training (`job` a worker.Job, `inputs` its worker.Inputs), in
+    the order Keras must call them (each per-epoch one reads what those before it recorded): the
+    step profiler first (rank 0, when asked for); timing and history on every rank; on rank 0 the
+    progress and epoch lines, TensorBoard and the run logs; then those `extra(history,
+    summaries_dir)` makes (the runtime's: Ray Train's, ray_train) and last those the config's
+    `callbacks` function returns (the user's)."""
+    config = job.config
     clock = EpochClock()
     history = MetricsHistory(rows, clock, inputs.train_circuits, inputs.steps)
-    callbacks = [clock, history]
+    profile_steps = rank == 0 and config.profile_range()
+    callbacks = [StepProfiler(profile_steps, config.epochs, summaries_dir, job.say)] if profile_steps else []
+    callbacks += [clock, history]
     if rank == 0:
         callbacks += [
-            ProgressLine(config.epochs, inputs.steps, inputs.train_circuits, say=say),
-            ConsoleLine(history, config.epochs, say),
+            ProgressLine(config.epochs, inputs.steps, inputs.train_circuits, say=job.say),
+            ConsoleLine(history, config.epochs, job.say),
             TensorBoardLog(history, summaries_dir),
-            RunLogs(history, run, summaries_dir),
+            RunLogs(history, job.run, summaries_dir),
         ]
-    if ray_train:
-        callbacks.append(RayReport(history, config, summaries_dir, inputs.steps))
-    if ray_train and rank == 0:
-        callbacks.append(RayMetrics(history, os.path.basename(run)))
-    profile_steps = config.profile_range()
-    if rank == 0 and profile_steps:
-        callbacks.insert(
-            0, StepProfiler(profile_steps, config.epochs, summaries_dir, say)
-        )  # done before the logs publish
-    if ray_train and (hold := os.environ.get(runtime.HOLD_ENV)):
-        from qml_ray.hold import HoldAtStep
+    return callbacks + (extra(history, summaries_dir) if extra else []) + configured(config, rank, job.run)
 
-        callbacks.insert(0, HoldAtStep(hold))  # before RayReport, which checkpoints a drain seen there
-    if timings := os.environ.get(runtime.TIMINGS_ENV):
-        callbacks.append(Timings(os.path.join(timings, f"rank-{rank}.json")))
-    return callbacks
+
+def ray_train(config: Config, run: str, rank: int, steps: int):
+    """for_replica's `extra` under Ray Train: each epoch reported, with its checkpoints (every rank),
+    and the rows as Ray metrics (rank 0)."""
+
+    def extra(history: MetricsHistory, summaries_dir: str | None) -> list:
+        report = [RayReport(history, config, summaries_dir, steps)]
+        return [*report, RayMetrics(history, os.path.basename(run))] if rank == 0 else report
+
+    return extra
+
+
+def configured(config: Config, rank: int, run: str) -> list:
+    """The Keras callbacks the config's `callbacks` function (MODULE:FUNCTION, the user's) returns
+    for this replica, called as FUNCTION(rank=RANK, run=RUN_FOLDER); none when the key is empty."""
+    if not config.callbacks:
+        return []
+    function = contract.resolve(config.callbacks, "callbacks")
+    try:
+        found = function(rank=rank, run=run)
+    except Exception as err:  # the user's function: any error it raises
+        raise ModelError(f"the callbacks function {config.callbacks} failed: {type(err).__name__}: {err}") from None
+    if not isinstance(found, list | tuple) or not all(isinstance(c, tf.keras.callbacks.Callback) for c in found):
+        raise ModelError(f"the callbacks function {config.callbacks} must return a list of Keras callbacks")
+    return list(found)
 
 
 class EpochClock(tf.keras.callbacks.Callback):
@@ -342,58 +361,3 @@ class StepProfiler(tf.keras.callbacks.Callback):
     def stop(self) -> None:
         tf.profiler.experimental.stop()
         self.tracing = False
-
-
-class Timings(tf.keras.callbacks.Callback):
-    """For the benchmark: when the first training step started (Unix time), each epoch's
-    seconds and the process's peak memory, written as JSON to `path` when training ends. Each
-    epoch is split too: its training steps (each from just before Keras runs it to after every
-    callback's end-of-step work, this one being last), its validation, and the end-of-epoch
-    work of the other callbacks; the rest is Keras's own between steps."""
-
-    PHASES = ("step_seconds", "validation_seconds", "epoch_end_seconds")
-
-    def __init__(self, path: str):
-        super().__init__()
-        self.path, self.first_step_at, self.epoch_seconds = path, None, []
-        self.phases = {phase: [] for phase in self.PHASES}
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.first_step_at is None:
-            self.first_step_at = time.time()
-        self.step_started = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.steps += time.perf_counter() - self.step_started
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.started, self.steps = time.perf_counter(), 0.0
-
-    def on_test_begin(self, logs=None):
-        self.validation_started = time.perf_counter()
-
-    def on_test_end(self, logs=None):
-        self.validation_ended = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        ended = time.perf_counter()
-        self.epoch_seconds.append(ended - self.started)
-        for phase, seconds in zip(
-            self.PHASES,
-            (self.steps, self.validation_ended - self.validation_started, ended - self.validation_ended),
-            strict=True,
-        ):
-            self.phases[phase].append(seconds)
-
-    def on_train_end(self, logs=None):
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-        with open(self.path, "w") as f:
-            json.dump(
-                {
-                    "first_step_at": self.first_step_at,
-                    "epoch_seconds": self.epoch_seconds,
-                    **self.phases,
-                    "peak_memory_mb": peak_mb,
-                },
-                f,
-            )

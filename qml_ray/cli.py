@@ -12,6 +12,7 @@ from qml_ray.errors import ENVIRONMENT_STATUS, USAGE_STATUS, EnvironmentProblem,
 # The value a config key's flag takes, where its type does not say it well (the rest: N, or true|false).
 _METAVARS = {
     "model": "MODULE:FUNCTION",
+    "callbacks": "MODULE:FUNCTION",
     "data": "PATH",
     "validation_data": "PATH",
     "test_fraction": "FRACTION",

@@ -61,6 +61,11 @@ class Config(pydantic.BaseModel):
         default_factory=dict,
         description="the model function's parameters, a mapping (flag: --param KEY=VALUE, repeatable)",
     )
+    callbacks: str = _key(
+        "",
+        "MODULE:FUNCTION returning a list of Keras callbacks of your own, called on every worker as "
+        "FUNCTION(rank=RANK, run=RUN_FOLDER); they run after qml_ray's own; empty: none",
+    )
     data: str = _key(
         "",
         "Parquet file or folder (local or gs://) with a binary `circuit` column and a `label` column; "
@@ -144,6 +149,8 @@ class Config(pydantic.BaseModel):
             f"profiler_port must be 0 (off) or 1024..{top}",
         )
         parse_model(self.model)
+        if self.callbacks:
+            parse_model(self.callbacks, "callbacks")
         for location in (self.storage, self.data, self.validation_data):
             if location:
                 storage.check_location(location)
@@ -201,10 +208,10 @@ def kind(key: str) -> type:
     return typing.get_origin(annotation) or annotation
 
 
-def parse_model(spec: str) -> tuple[str, str]:
-    """(module, function) of a MODULE:FUNCTION spec, or a UsageError."""
+def parse_model(spec: str, key: str = "model") -> tuple[str, str]:
+    """(module, function) of the MODULE:FUNCTION spec `key` gives, or a UsageError."""
     if not MODEL_SPEC.match(spec):
-        raise UsageError(f"model must be MODULE:FUNCTION (e.g. mymodels:classifier), got {spec!r}")
+        raise UsageError(f"{key} must be MODULE:FUNCTION (e.g. mymodels:classifier), got {spec!r}")
     module, function = spec.split(":")
     return module, function
 

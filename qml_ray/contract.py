@@ -79,19 +79,20 @@ def recorded(run: str) -> Callable | None:
     return unpickled(storage.read_bytes(path)) if storage.exists(path) else None
 
 
-def signature(model: str | Callable) -> Signature | None:
-    """The parameters of the model function, found without importing its module (None where its
-    source cannot tell); a UsageError when the module or function does not exist."""
+def signature(model: str | Callable, what: str = "model") -> Signature | None:
+    """The parameters of the model function (or another function `what` names), found without
+    importing its module (None where its source cannot tell); a UsageError when the module or
+    function does not exist."""
     if callable(model):
         return _of_parameters(inspect.signature(model).parameters.values())
-    module, function = parse_model(model)
+    module, function = parse_model(model, what)
     try:
         spec = importlib.util.find_spec(module)
     except Exception as err:  # a parent package failed to import, or is no package
-        raise UsageError(f"cannot import model module {module!r}: {type(err).__name__}: {err}") from None
+        raise UsageError(f"cannot import {what} module {module!r}: {type(err).__name__}: {err}") from None
     if spec is None:
         raise UsageError(
-            f"model module {module!r} not found: run from the folder that holds it (or, on a cluster, "
+            f"{what} module {module!r} not found: run from the folder that holds it (or, on a cluster, "
             "submit with --working-dir), or install it"
         )
     if not (spec.origin or "").endswith(".py"):
@@ -99,14 +100,14 @@ def signature(model: str | Callable) -> Signature | None:
     try:
         tree = ast.parse(Path(spec.origin).read_bytes(), spec.origin)
     except SyntaxError as err:
-        raise UsageError(f"cannot import model module {module!r}: SyntaxError: {err}") from None
+        raise UsageError(f"cannot import {what} module {module!r}: SyntaxError: {err}") from None
     definitions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     if function in definitions:
         arguments = definitions[function].args
         names = [arg.arg for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
         return Signature(tuple(names), arguments.kwarg is not None)
     if function not in _top_level_names(tree):
-        raise UsageError(f"model module {module!r} ({spec.origin}) has no function {function!r}")
+        raise UsageError(f"{what} module {module!r} ({spec.origin}) has no function {function!r}")
     return None
 
 
@@ -130,7 +131,10 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def check(config, model: str | Callable | None = None) -> None:
-    """In the driver: a UsageError unless the model function exists and takes the config's params."""
+    """In the driver: a UsageError unless the model function exists and takes the config's params,
+    and the `callbacks` function, if named, exists."""
+    if config.callbacks:
+        signature(config.callbacks, "callbacks")
     takes = signature(model or config.model)
     if takes is None:
         _check_names(config.params)
@@ -159,17 +163,17 @@ def _check_names(params: dict) -> None:
         raise UsageError(f"param {clashing[0]!r} is a config key: set it with --{clashing[0].replace('_', '-')}")
 
 
-def resolve(model: str | Callable) -> Callable:
-    """The model function itself (imports its module)."""
+def resolve(model: str | Callable, what: str = "model") -> Callable:
+    """The model function itself, or another function `what` names (imports its module)."""
     if callable(model):
         return model
-    module, function = parse_model(model)
+    module, function = parse_model(model, what)
     try:
         found = getattr(importlib.import_module(module), function, None)
     except Exception as err:  # the user's module: any error it raises on import
-        raise ModelError(f"cannot import model module {module!r}: {type(err).__name__}: {err}") from None
+        raise ModelError(f"cannot import {what} module {module!r}: {type(err).__name__}: {err}") from None
     if not callable(found):
-        raise ModelError(f"model module {module!r} has no function {function!r}")
+        raise ModelError(f"{what} module {module!r} has no function {function!r}")
     return found
 
 

@@ -7,7 +7,6 @@ the predictions (a `prediction` column beside the data's other columns) land as 
 are printed.
 """
 
-import os
 import time
 
 import numpy as np
@@ -119,10 +118,6 @@ class Predictor:
         circuit (PROBLEM; empty when nothing, and then its prediction is NaN)."""
         import tensorflow as tf
 
-        if hold := os.environ.get(runtime.HOLD_ENV):
-            from qml_ray.hold import wait_at_batch
-
-            wait_at_batch(hold)
         circuits = list(batch.pop("circuit"))
         problems = np.array([circuit_problem(circuit, self.qubits) or "" for circuit in circuits], dtype=object)
         good = problems == ""

@@ -15,8 +15,6 @@ from qml_ray.errors import UsageError
 # waits until the previous report has been collected, so with the default every epoch shorter
 # than 2 s would take 2 s. The driver's value, if set, wins.
 REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
-TIMINGS_ENV = "QML_RAY_TIMINGS"  # a folder: each rank writes its callbacks.Timings there (the benchmark sets it)
-HOLD_ENV = "QML_RAY_HOLD"  # a file: training waits at each step while it exists (hold.py; the fault tests set it)
 REPORT_POLL_SECONDS = "0.1"
 CONNECT_SECONDS = 10  # how long to wait for a Ray address to answer at all
 PRESTART_ENV = "RAY_prestart_worker_first_driver"  # Ray's setting, read by the raylet a local Ray starts
@@ -35,13 +33,13 @@ _local_ray: list[bool] = []  # holds True once connect has started a local Ray
 def job_env() -> dict:
     """Env vars for every Ray worker and actor (Ray Train's controller too): tf-keras chosen before
     TensorFlow is imported (TFQ needs it), Ray Train's poll interval, and the driver's Cloud
-    Storage emulator, benchmark timings folder and fault tests' hold file, if set."""
-    passed = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST", TIMINGS_ENV, HOLD_ENV) if key in os.environ}
+    Storage emulator, if set."""
+    emulator = {key: os.environ[key] for key in ("STORAGE_EMULATOR_HOST",) if key in os.environ}
     return {
         "TF_USE_LEGACY_KERAS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "3",
         REPORT_POLL_ENV: os.environ.get(REPORT_POLL_ENV, REPORT_POLL_SECONDS),
-        **passed,
+        **emulator,
     }
 
 

@@ -5,6 +5,7 @@ the QCNN's generated data set when it names no `data`) first, then Ray Train che
 metrics history and TensorBoard logs as training goes, and the final weights once it is done.
 """
 
+import functools
 import json
 import os
 import posixpath
@@ -232,7 +233,7 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from qml_ray.tf_backend import TFConfig
-    from qml_ray.worker import train_worker
+    from qml_ray.worker import Job, train_worker
 
     os.environ.update(
         {  # read by Ray Train in this process, and passed on to its controller
@@ -243,19 +244,19 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
     if not posixpath.basename(run).isascii():  # Ray Train tags its own metrics with the run's name: ASCII only
         os.environ[TRAIN_METRICS_ENV] = "0"
     filesystem, path = storage.pyarrow_filesystem(run)
+    job = Job(
+        config,
+        run,
+        inputs.rows,
+        inputs.label_width,
+        inputs.in_memory,
+        inputs.shards,
+        console,
+        model and contract.pickled(model),
+    )
     trainer = DataParallelTrainer(  # Ray's TensorflowTrainer, less its import of TensorFlow (tf_backend.py)
-        train_worker,
+        functools.partial(train_worker, job),
         backend_config=TFConfig(),
-        train_loop_config={
-            "config": config_lib.asdict(config),
-            "run": run,
-            "console": console,
-            "rows": inputs.rows,
-            "label_width": inputs.label_width,
-            "in_memory": inputs.in_memory,
-            "shards": inputs.shards,
-            "model": model and contract.pickled(model),
-        },
         datasets=inputs.datasets,
         scaling_config=ScalingConfig(num_workers=config.workers, resources_per_worker={"CPU": config.cpus_per_worker}),
         run_config=RunConfig(

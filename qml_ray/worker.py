@@ -1,10 +1,10 @@
 """What each Ray Train worker runs: MultiWorkerMirroredStrategy training of the run's model.
 
-Ray Train sets TF_CONFIG on every worker before this runs (tf_backend.py) and hands each worker
-its shard of the run's Ray Datasets. The worker builds the model (the model contract,
-contract.py), fits it on its shard with the run's callbacks (callbacks.py: the epoch lines,
-metrics.csv, TensorBoard, reports and checkpoints to Ray Train) and, when it restarts, continues
-from the latest checkpoint.
+The command hands every worker a Job (train.fit); Ray Train sets TF_CONFIG on every worker before
+this runs (tf_backend.py) and hands each worker its shard of the run's Ray Datasets. The worker
+builds the model (the model contract, contract.py), fits it on its shard with the run's callbacks
+(callbacks.py: the epoch lines, metrics.csv, TensorBoard, reports and checkpoints to Ray Train,
+then the config's own) and, when it restarts, continues from the latest checkpoint.
 
 TensorFlow is imported inside the functions: Ray Train's controller imports this module to
 unpickle `train_worker`, and has no use for TensorFlow.
@@ -32,7 +32,33 @@ from qml_ray.errors import ModelError, UsageError
 if TYPE_CHECKING:
     import tensorflow as tf
 
+    from qml_ray.console import Console
+
 SHUFFLE_ROWS = 10_000  # a worker shuffles its shard's rows within a buffer of this many (at least a batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What the driver hands every worker (train.fit): the run's config and folder, each split's
+    rows, the labels' width, whether the data is kept in memory and, if so, each rank's shard per
+    split (Ray object refs; None: the workers draw the QCNN's data set), the command's console
+    (None: rank 0's lines go to its log) and the model function pickled (None: the config's)."""
+
+    config: Config
+    run: str
+    rows: dict
+    label_width: int
+    in_memory: bool
+    shards: dict | None = None
+    console: Console | None = None
+    model: bytes | None = None
+
+    def say(self, line: str) -> None:
+        """Rank 0's line to the command's console, or to the worker's log."""
+        if self.console:
+            self.console.say(line)
+        else:
+            print(line, flush=True)
 
 
 @dataclasses.dataclass
@@ -51,55 +77,44 @@ class Inputs:
     first_circuit: bytes | None = None
 
 
-def train_worker(params: dict) -> None:
-    """Ray Train's train_loop_per_worker. A model that breaks the contract is told to the command,
-    which ends at once in one line (Ray Train's restarts would only meet it again)."""
+def train_worker(job: Job) -> None:
+    """Ray Train's train_loop_per_worker (given `job` by train.fit). A model that breaks the contract
+    is told to the command, which ends at once in one line (Ray Train's restarts would only meet it again)."""
     import tensorflow as tf
 
-    config, run, console = Config(**params["config"]), params["run"], params.get("console")
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    context = ray.train.get_context()
-    rows, width = params["rows"], params["label_width"]
-    rank, world_size = context.get_world_rank(), context.get_world_size()
-    if params["in_memory"]:
-        kept = kept_shards(config, run, params["shards"], rank, world_size)
-        inputs = kept_inputs(config, kept, rows, width, rank, world_size)
-    else:
-        inputs = streamed_inputs(config, rows, width, rank, world_size)
+    from qml_ray.callbacks import ray_train  # after the strategy, as every import of Keras and TFQ
     from qml_ray.console import problems_told
 
+    context = ray.train.get_context()
+    rank, world_size = context.get_world_rank(), context.get_world_size()
+    if job.in_memory:
+        inputs = kept_inputs(job, kept_shards(job, rank, world_size), rank, world_size)
+    else:
+        inputs = streamed_inputs(job, rank, world_size)
     try:
-        with problems_told(console, run):  # a full disk, say: the command stops, naming it
-            train_replica(
-                config,
-                run,
-                strategy,
-                inputs,
-                rank,
-                width,
-                checkpoint=ray.train.get_checkpoint(),
-                ray_train=True,
-                local_rank=context.get_local_rank(),
-                model=params["model"] and contract.unpickled(params["model"]),
-                say=console.say if console else print,
-            )
+        with problems_told(job.console, job.run):  # a full disk, say: the command stops, naming it
+            model = build_replica(job, strategy, rank, context.get_local_rank())
+            require_state_memory(model, inputs.first_circuit, job.config.cpus_per_worker)
+            extra = ray_train(job.config, job.run, rank, inputs.steps)
+            train_replica(job, model, strategy, inputs, rank, ray.train.get_checkpoint(), extra)
     except UsageError as err:  # the model, or its size: every rank finds the same, the command ends in one line
-        if console:
-            console.stop(err)
+        if job.console:
+            job.console.stop(err)
         raise
 
 
-def kept_shards(config: Config, run: str, shards: dict | None, rank: int, world_size: int) -> dict:
+def kept_shards(job: Job, rank: int, world_size: int) -> dict:
     """This worker's shard of each split, as numpy columns: the one the command handed over, or,
-    for a new run's generated data set (`shards` None), drawn here as on every worker (rank 0
+    for a new run's generated data set (`job.shards` None), drawn here as on every worker (rank 0
     writes the data set and data.json to the run folder)."""
-    if shards is not None:
-        return {split: columns(ray.get(refs[rank])) for split, refs in shards.items()}
+    if job.shards is not None:
+        return {split: columns(ray.get(refs[rank])) for split, refs in job.shards.items()}
     from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
 
-    tables = data.generate(config)
+    tables = data.generate(job.config)
     if rank == 0:
-        datasets.write_generated(config, run, tables)
+        datasets.write_generated(job.config, job.run, tables)
     splits = zip(datasets.SPLITS, data.SPLITS)
     return {split: columns(datasets.shard(tables[drawn], rank, world_size)) for split, drawn in splits}
 
@@ -109,31 +124,33 @@ def columns(table) -> dict[str, np.ndarray]:
     return {name: table.column(name).to_numpy(zero_copy_only=False) for name in ("circuit", "label")}
 
 
-def kept_inputs(config: Config, shards: dict, rows: dict, label_width: int, rank: int, world_size: int) -> Inputs:
+def kept_inputs(job: Job, shards: dict, rank: int, world_size: int) -> Inputs:
     """A worker's inputs from its shards held in memory: one `fit` serves every epoch, each pass
     over the training shard in a new order."""
+    config, width = job.config, job.label_width
     kept = (
-        in_memory_batches(shards["train"], config.batch_size, label_width, config.seed + rank),
-        in_memory_batches(shards["validation"], config.batch_size, label_width),
+        in_memory_batches(shards["train"], config.batch_size, width, config.seed + rank),
+        in_memory_batches(shards["validation"], config.batch_size, width),
     )
-    inputs = sized_inputs(config, (lambda: kept[0], lambda: kept[1]), rows, world_size, repeat=True)
+    inputs = sized_inputs(config, (lambda: kept[0], lambda: kept[1]), job.rows, world_size, repeat=True)
     return dataclasses.replace(inputs, first_circuit=bytes(shards["train"]["circuit"][0]))
 
 
-def streamed_inputs(config: Config, rows: dict, label_width: int, rank: int, world_size: int) -> Inputs:
+def streamed_inputs(job: Job, rank: int, world_size: int) -> Inputs:
     """A worker's inputs streamed from its shards of the run's Ray Datasets, one pass per epoch.
     Ray Train splits each into equal shards (a split's last rows_count % workers rows sit out), so
     every worker runs the same steps; every worker starts each pass over a split together with the
     others, as Ray Data's split needs."""
+    config, width = job.config, job.label_width
     train, validation = (ray.train.get_dataset_shard(split) for split in ("train", "validation"))
-    rows_per_worker, passes = rows["train"] // world_size, itertools.count()
+    rows_per_worker, passes = job.rows["train"] // world_size, itertools.count()
     makers = (
         lambda: streamed_batches(
-            train, config.batch_size, label_width, rows_per_worker, config.seed + rank + 7919 * next(passes)
+            train, config.batch_size, width, rows_per_worker, config.seed + rank + 7919 * next(passes)
         ),
-        lambda: streamed_batches(validation, config.batch_size, label_width),
+        lambda: streamed_batches(validation, config.batch_size, width),
     )
-    return sized_inputs(config, makers, rows, world_size, repeat=False)
+    return sized_inputs(config, makers, job.rows, world_size, repeat=False)
 
 
 def sized_inputs(config: Config, makers: tuple, rows: dict, world_size: int, repeat: bool) -> Inputs:
@@ -152,6 +169,7 @@ def in_memory_batches(columns: dict, batch_size: int, label_width: int, shuffle_
     """(circuit, label) batches of a shard held in memory, pass after pass, each pass in a new
     order when a seed is given: no pass touches Ray Data again."""
     import tensorflow as tf
+    from ray.train.tensorflow import prepare_dataset_shard
 
     rows = len(columns["circuit"])
     dataset = tf.data.Dataset.from_tensor_slices(
@@ -159,13 +177,14 @@ def in_memory_batches(columns: dict, batch_size: int, label_width: int, shuffle_
     )
     if shuffle_seed is not None:
         dataset = dataset.shuffle(rows, seed=shuffle_seed, reshuffle_each_iteration=True)
-    return sharded_by_ray(dataset.batch(batch_size).repeat())
+    return prepare_dataset_shard(dataset.batch(batch_size).repeat())
 
 
 def streamed_batches(shard, batch_size: int, label_width: int, rows: int = 0, shuffle_seed: int | None = None):
     """One pass of (circuit, label) batches streamed from a Ray Data shard, shuffled within a buffer
     when a seed is given."""
     import tensorflow as tf
+    from ray.train.tensorflow import prepare_dataset_shard
 
     shuffle = {}
     if shuffle_seed is not None:
@@ -179,16 +198,7 @@ def streamed_batches(shard, batch_size: int, label_width: int, rows: int = 0, sh
             yield batch["circuit"].astype(object), labels(batch["label"], label_width)
 
     spec = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None, label_width], tf.float32))
-    return sharded_by_ray(tf.data.Dataset.from_generator(batches, output_signature=spec))
-
-
-def sharded_by_ray(dataset):
-    """The dataset, with TensorFlow's own sharding off: each worker's input is already its shard."""
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options)
+    return prepare_dataset_shard(tf.data.Dataset.from_generator(batches, output_signature=spec))
 
 
 def labels(column: np.ndarray, width: int) -> np.ndarray:
@@ -197,56 +207,56 @@ def labels(column: np.ndarray, width: int) -> np.ndarray:
     return np.asarray(rows, np.float32).reshape(len(column), width)
 
 
-def train_replica(
-    config: Config,
-    run: str,
-    strategy: tf.distribute.Strategy,
-    inputs: Inputs,
-    rank: int,
-    label_width: int,
-    checkpoint: ray.train.Checkpoint | None = None,
-    ray_train: bool = False,
-    local_rank: int = 0,
-    model: str | Callable | None = None,
-    say: Callable[[str], None] = print,
-) -> None:
-    """Train this replica on `inputs`, from `checkpoint` if given.
-
-    Every runtime shares this: Ray Train workers (`ray_train`: report each epoch and save
-    checkpoints), and the benchmark's plain TF_CONFIG processes and single process. Create
-    `strategy` before calling: importing TFQ starts TensorFlow's runtime, after which a
-    MultiWorkerMirroredStrategy can no longer be set up. `model`: the model function (default: the
-    config's). `local_rank` (this worker's index on its node) offsets the profiler server's port.
-    Rank 0 hands its console lines to `say`."""
+def build_replica(job: Job, strategy: tf.distribute.Strategy, rank: int, local_rank: int = 0) -> tf.keras.Model:
+    """The replica's model, built by the contract inside `strategy`'s scope (default: the config's
+    model function); rank 0 says and records the quantum gradient of each of its TFQ layers. Every
+    runtime shares this: Ray Train workers, and the benchmark's plain TF_CONFIG processes and single
+    process. Create `strategy` before calling: importing TFQ starts TensorFlow's runtime, after which
+    a MultiWorkerMirroredStrategy can no longer be set up. `local_rank` (this worker's index on its
+    node) offsets the profiler server's port."""
     import tensorflow as tf
 
-    from qml_ray.callbacks import for_replica
-
     tf.get_logger().setLevel("ERROR")
+    config = job.config
     if config.profiler_port:
         tf.profiler.experimental.server.start(config.profiler_port + local_rank)
     with strategy.scope():
-        built, gradients = contract.build_with_gradients(config, model)
-        require_outputs(built, label_width, config)
+        built, gradients = contract.build_with_gradients(config, job.model and contract.unpickled(job.model))
+        require_outputs(built, job.label_width, config)
         built.optimizer.build(built.trainable_variables)  # so a checkpoint's slots restore now
-    if ray_train:
-        require_state_memory(built, inputs.first_circuit, config.cpus_per_worker)
     if rank == 0:
-        record_gradients(run, config.differentiator, gradients, say)
+        record_gradients(job.run, config.differentiator, gradients, job.say)
+    return built
+
+
+def train_replica(
+    job: Job,
+    model: tf.keras.Model,
+    strategy: tf.distribute.Strategy,
+    inputs: Inputs,
+    rank: int,
+    checkpoint: ray.train.Checkpoint | None = None,
+    extra: Callable | None = None,
+) -> None:
+    """Train this replica's `model` (build_replica's) on `inputs`, from `checkpoint` if given, with
+    the callbacks of callbacks.for_replica: `extra` makes those the runtime adds (Ray Train's
+    reports and checkpoints, callbacks.ray_train)."""
+    from qml_ray.callbacks import for_replica
+
     summaries_dir = tempfile.mkdtemp(prefix="tensorboard-") if rank == 0 else None
-    done, step, rows = restore(built, checkpoint, summaries_dir)
+    done, step, rows = restore(model, checkpoint, summaries_dir)
     if rank == 0 and checkpoint is not None:  # a restart, or a resumed run
-        say(f"continuing from the checkpoint of epoch {done}")
-    callbacks = for_replica(config, run, rank, inputs, rows, summaries_dir, ray_train, say)
+        job.say(f"continuing from the checkpoint of epoch {done}")
+    callbacks = for_replica(job, rank, inputs, rows, summaries_dir, extra)
 
     def distributed(make: Callable[[], tf.data.Dataset]):
         """Each worker's batches as its replica's own: no rebatching into a global batch."""
         return strategy.distribute_datasets_from_function(lambda _: make())
 
     if step and rank == 0:  # a checkpoint taken mid-epoch, on a drain notice: that epoch's remaining steps first
-        say(f"resuming epoch {done + 1} at step {step + 1} of {inputs.steps} (a node drained)")
-    for first, end in fit_spans(done, step, config.epochs, inputs.repeat):
-        built.fit(
+        job.say(f"resuming epoch {done + 1} at step {step + 1} of {inputs.steps} (a node drained)")
+    for first, end in fit_spans(done, step, job.config.epochs, inputs.repeat):
+        model.fit(
             distributed(inputs.train),
             steps_per_epoch=inputs.steps - (step if first == done else 0),
             validation_data=distributed(inputs.validation),

@@ -421,8 +421,9 @@ def submit(
     url: str, env: dict, *command: str, wait: bool = True, working_dir: Path = ROOT, env_vars: dict | None = None
 ) -> str:
     """`ray job submit` a qml_ray command with `working_dir` (default: the project) as the job's
-    working dir (and `env_vars` set for its driver), by default waiting for it to end; return the job id."""
+    working dir (and `env_vars` set in its runtime environment: its driver's and every worker's), by
+    default waiting for it to end; return the job id."""
     job = ("job", "submit", "--address", url, "--working-dir", working_dir, *([] if wait else ["--no-wait"]))
-    driver_env = ("env", *(f"{key}={value}" for key, value in (env_vars or {}).items()))
-    output = ray_cli(env, *job, "--", *driver_env, "python", "-m", *command)
+    runtime_env = ("--runtime-env-json", json.dumps({"env_vars": env_vars})) if env_vars else ()
+    output = ray_cli(env, *job, *runtime_env, "--", "python", "-m", *command)
     return re.search(r"Job '(raysubmit_\w+)' submitted successfully", output).group(1)

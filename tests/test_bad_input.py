@@ -137,6 +137,8 @@ MISTAKES = [
         id="model-syntax",
     ),
     mistake("train", "--model", "mymodels:missing", message="has no function 'missing'", id="model-no-such-function"),
+    mistake("train", "--callbacks", "mymodels", message="callbacks must be MODULE:FUNCTION", id="callbacks-spec"),
+    mistake("train", "--callbacks", "no:cb", message="callbacks module 'no' not found", id="callbacks-no-module"),
     mistake(*MODEL, "--param", "width=3", message="takes no parameter 'width'", id="model-unknown-param"),
     mistake(*MODEL, "--param", "depth", message="--param takes KEY=VALUE", id="param-without-value"),
     mistake(*MODEL, "--param", "qubits=5", message="param 'qubits' is a config key", id="param-is-a-config-key"),

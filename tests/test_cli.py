@@ -27,6 +27,7 @@ CHANGED = {
     "profile_steps": "2,4",
     "profiler_port": 9430,
     "model": "mymodels:classifier",
+    "callbacks": "mycallbacks:extra",
     "data": "/tmp/circuits.parquet",
     "validation_data": "gs://bucket/validation",
     "data_in_memory_mb": 0,

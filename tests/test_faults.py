@@ -1,6 +1,6 @@
 """The project's fault battery: what goes wrong in a user's first week, with real processes, real
 signals and real servers. Each command starts in a process group of its own, as a terminal starts
-it, and its training is held at a step (qml_ray/hold.py) while the fault comes; every case checks
+it, and its training is held at a step (tests/holds.py) while the fault comes; every case checks
 the exit status, the last line, that no traceback is printed, the time taken, and what is left in
 the tree."""
 
@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from qml_ray import checkpoints, claims, interrupts, runtime, storage
+from qml_ray import checkpoints, claims, config as config_lib, interrupts, storage
 from qml_ray.errors import UsageError
 
 from conftest import BUCKET, ROOT, SMOKE, command_env, require, run_command
+from holds import HOLD, HOLD_ENV
 from test_bad_input import snapshot
 
 STOP_SECONDS = 10  # a signal stops the training within this
@@ -71,19 +72,27 @@ class Command:
 
 
 def held(hold: Path, epochs: int = 1, **env: str) -> dict:
-    """A command's environment whose training waits after `epochs` epochs while `hold` exists."""
+    """A command's environment whose training (given HOLD) waits after `epochs` epochs while `hold`
+    exists, or whose inference (of a held_run) waits while it exists."""
     hold.write_text(str(epochs))
-    return command_env(**{runtime.HOLD_ENV: str(hold)}, **env)
+    return command_env(**{HOLD_ENV: str(hold)}, **env)
 
 
 def held_now(hold: Path):
-    """Whether the training waits at a step (qml_ray/hold.py says so)."""
+    """Whether the training waits at a step (tests/holds.py says so)."""
     return lambda: Path(f"{hold}.held").exists()
+
+
+def held_run(run: Path) -> Path:
+    """The QCNN run `run`, its model now holds.held_qcnn: the same QCNN, whose inference waits."""
+    config = config_lib.of_run(str(run)).replace(model="tests.holds:held_qcnn")
+    storage.write_text(storage.join(str(run), storage.CONFIG), config.to_yaml())
+    return run
 
 
 def processes_holding(hold: Path) -> list[int]:
     """The processes (the command, its Ray's workers) whose environment names the hold file."""
-    marker = f"{runtime.HOLD_ENV}={hold}".encode()
+    marker = f"{HOLD_ENV}={hold}".encode()
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -140,7 +149,7 @@ def interrupt(command: Command, signum: int, hold: Path, what: str) -> Ended:
 @SIGNALS
 def test_a_signal_stops_training_at_once_and_says_how_to_continue(tmp_path, signum):
     runs, hold = tmp_path / "runs", tmp_path / "hold"
-    command = Command("train", "--config", SMOKE, "--storage", runs, "--name", "r", env=held(hold))
+    command = Command("train", "--config", SMOKE, *HOLD, "--storage", runs, "--name", "r", env=held(hold))
     wait_for(held_now(hold), "training held at epoch 2's first step")
     before = contents(runs)
     ended = interrupt(command, signum, hold, "train")
@@ -159,7 +168,7 @@ def test_a_signal_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path, signu
     """Two trials of one worker, one at a time: the first held at epoch 2's first step, the second waiting."""
     runs, hold = tmp_path / "runs", tmp_path / "hold"
     grid = ("--workers", 1, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
-    command = Command("sweep", "--config", SMOKE, *grid, "--storage", runs, "--name", "s", env=held(hold))
+    command = Command("sweep", "--config", SMOKE, *grid, *HOLD, "--storage", runs, "--name", "s", env=held(hold))
     wait_for(held_now(hold), "the first trial's training held at epoch 2's first step")
     before = contents(runs)
     ended = interrupt(command, signum, hold, "sweep")
@@ -175,7 +184,7 @@ def test_a_signal_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path, signu
 @SIGNALS
 def test_a_signal_stops_inference_at_once_leaving_no_predictions(run_copy, tmp_path, signum):
     hold = tmp_path / "hold"
-    command = Command("infer", "--run", run_copy, env=held(hold))
+    command = Command("infer", "--run", held_run(run_copy), env=held(hold))
     wait_for(held_now(hold), "inference held at its first batch")
     before = contents(run_copy)
     ended = interrupt(command, signum, hold, "infer")
@@ -225,7 +234,9 @@ def test_the_reaper_kills_what_outlives_sigterm():
 
 def two_at_once(runs: str, env: dict) -> tuple[Command, Ended]:
     """Start two `train --name r` at the same moment; return the one still running and how the other ended."""
-    first, second = (Command("train", "--config", SMOKE, "--storage", runs, "--name", "r", env=env) for _ in range(2))
+    first, second = (
+        Command("train", "--config", SMOKE, *HOLD, "--storage", runs, "--name", "r", env=env) for _ in range(2)
+    )
     wait_for(lambda: first.process.poll() is not None or second.process.poll() is not None, "one refused")
     loser, winner = (first, second) if first.process.poll() is not None else (second, first)
     refused = loser.end()
@@ -318,7 +329,7 @@ def fill(disk: Path) -> None:
 def test_a_full_disk_stops_training_at_once_naming_it(small_disk, tmp_path):
     hold = tmp_path / "hold"
     options = ("--max-failures", 3, "--storage", small_disk, "--name", "r")
-    command = Command("train", "--config", SMOKE, *options, env=held(hold))
+    command = Command("train", "--config", SMOKE, *options, *HOLD, env=held(hold))
     wait_for(held_now(hold), "training held at epoch 2's first step")
     fill(small_disk)
     before = contents(small_disk / "r")

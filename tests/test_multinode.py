@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from qml_ray import claims, runtime
+from qml_ray import claims
 
 from conftest import SMOKE, ray_cli, submit
+from holds import HOLD, HOLD_ENV
 
 pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
 
@@ -36,7 +37,7 @@ def ended(url: str, env: dict, job: str) -> bool:
 
 
 def wait_until_held(hold: Path, url: str, env: dict, job: str) -> None:
-    """Until the job's training waits at a step for `hold` to go (hold.py)."""
+    """Until the job's training waits at a step for `hold` to go (tests/holds.py)."""
     deadline = time.monotonic() + 300
     while not Path(f"{hold}.held").exists():
         assert time.monotonic() < deadline and not ended(url, env, job), "the training was never held"
@@ -48,8 +49,8 @@ def test_training_and_inference_jobs_on_a_multi_node_cluster(cluster, tmp_path):
 
     hold = tmp_path / "hold"
     hold.write_text("1")
-    options = ("--config", SMOKE, "--workers", 2, "--epochs", EPOCHS, "--storage", tmp_path, "--name", "smoke")
-    train = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={runtime.HOLD_ENV: str(hold)})
+    options = ("--config", SMOKE, "--workers", 2, "--epochs", EPOCHS, *HOLD, "--storage", tmp_path, "--name", "smoke")
+    train = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={HOLD_ENV: str(hold)})
     wait_until_held(hold, url, env, train)  # held in epoch 2: rank 0 set the gauges at epoch 1's end
     time.sleep(GAUGE_SECONDS)  # without a refresh, Ray's agent would have dropped them by now
     exported = scraped_epoch(cluster, "smoke")  # ray_qml_ray_epoch{run="smoke"} while it trains
@@ -95,8 +96,8 @@ def test_ray_job_stop_stops_the_training_at_once_and_says_how_to_continue(cluste
     url, env = cluster.url, cluster.env
     hold, run = tmp_path / "hold", tmp_path / "stopped"
     hold.write_text("1")
-    options = ("--config", SMOKE, "--workers", 2, "--storage", tmp_path, "--name", "stopped")
-    job = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={runtime.HOLD_ENV: str(hold)})
+    options = ("--config", SMOKE, "--workers", 2, *HOLD, "--storage", tmp_path, "--name", "stopped")
+    job = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={HOLD_ENV: str(hold)})
     wait_until_held(hold, url, env, job)
     started = time.monotonic()
     ray_cli(env, "job", "stop", job, "--address", url)

@@ -2,7 +2,7 @@
 capacity for good, on a real multi-node Ray cluster on this machine (scripts/local_cluster.sh:
 a head and two 1-CPU worker nodes).
 
-Each fault comes while the training is held at a step (qml_ray/hold.py), so it certainly comes
+Each fault comes while the training is held at a step (tests/holds.py), so it certainly comes
 during training however fast the machine is; each test starts on two live worker nodes, whatever
 the one before it left."""
 
@@ -19,9 +19,10 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from qml_ray import config as config_lib, runtime, storage
+from qml_ray import config as config_lib, storage
 
 from conftest import SMOKE, proc_stat, ray_cli, submit
+from holds import HOLD, HOLD_ENV
 
 pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
 
@@ -34,16 +35,17 @@ ALIVE_TRAINING_WORKERS = "list actors --filter class_name=RayTrainWorker --filte
 
 
 def train_command(storage: Path, name: str, checkpoint_every: int = CHECKPOINT_EVERY, model: tuple = ()) -> tuple:
-    """The smoke config, with more epochs, as the RayJob runs it (--resume); `model`: the options
-    of a user's model and data instead of the QCNN's."""
-    options = ("--workers", 2, "--epochs", EPOCHS, "--checkpoint-every", checkpoint_every, *model)
+    """The smoke config, with more epochs, as the RayJob runs it (--resume), held while its job's
+    environment names a hold file (held_after); `model`: the options of a user's model and data
+    instead of the QCNN's."""
+    options = ("--workers", 2, "--epochs", EPOCHS, "--checkpoint-every", checkpoint_every, *model, *HOLD)
     return ("qml_ray.train", "--config", SMOKE, *options, "--storage", storage, "--name", name, "--resume")
 
 
 def held_after(epochs: int, hold: Path) -> dict:
     """The env vars of a job whose training waits after `epochs` epochs while `hold` exists."""
     hold.write_text(str(epochs))
-    return {runtime.HOLD_ENV: str(hold)}
+    return {HOLD_ENV: str(hold)}
 
 
 def alive_worker_nodes(cluster) -> list[dict]:

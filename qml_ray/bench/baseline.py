@@ -3,8 +3,9 @@
 What tf-operator does on Kubernetes: N plain Python processes, each handed a TF_CONFIG that
 names every worker and its own index, each running MultiWorkerMirroredStrategy. They train
 the same model on the same data with the same per-worker batch as qml_ray (all runtimes run
-worker.train_replica). With --no-distribution, one process trains under TensorFlow's default
-strategy instead. Like `train`, the command first writes the run folder (config, data set).
+worker.build_replica and worker.train_replica, with the config's callbacks). With
+--no-distribution, one process trains under TensorFlow's default strategy instead. Like `train`,
+the command first writes the run folder (config, data set).
 """
 
 import contextlib
@@ -91,13 +92,13 @@ def work(run: str) -> None:
         strategy, rank, world_size = tf.distribute.get_strategy(), 0, 1
     from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
     from qml_ray.datasets import SPLITS, shard
-    from qml_ray.worker import columns, kept_inputs, train_replica
+    from qml_ray.worker import Job, build_replica, columns, kept_inputs, train_replica
 
     tables = {split: data.read(run, drawn) for split, drawn in zip(SPLITS, data.SPLITS)}
     shards = {split: columns(shard(table, rank, world_size)) for split, table in tables.items()}
-    rows = {split: table.num_rows for split, table in tables.items()}
-    inputs = kept_inputs(config, shards, rows, 1, rank, world_size)
-    train_replica(config, run, strategy, inputs, rank, label_width=1, local_rank=rank)
+    job = Job(config, run, {split: table.num_rows for split, table in tables.items()}, 1, in_memory=True)
+    inputs = kept_inputs(job, shards, rank, world_size)
+    train_replica(job, build_replica(job, strategy, rank, local_rank=rank), strategy, inputs, rank)
 
 
 def main(argv=None) -> None:

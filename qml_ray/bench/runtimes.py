@@ -1,7 +1,8 @@
 """The runtime comparison: qml_ray, the TF_CONFIG baseline and one undistributed process.
 
-Each measurement is one command, run as a user runs it, with QML_RAY_TIMINGS set: every rank
-writes when its first training step began, its epoch times and its peak memory. Rounds are
+Each measurement is one command, run as a user runs it, with the config's `callbacks` naming the
+benchmark's timings (bench/timings.py): every rank writes when its first training step began, its
+epoch times and its peak memory to the run folder. Rounds are
 interleaved (and every other round reversed) so that drift of the machine hits all alike.
 """
 
@@ -19,9 +20,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from qml_ray import config as config_lib, storage
-from qml_ray.runtime import TIMINGS_ENV
 
 RUNTIMES = ("qml_ray", "baseline", "single")
+TIMINGS = "qml_ray.bench.timings:per_rank"  # the runs' `callbacks`
+TIMINGS_FOLDER = "timings"  # in each run folder: each rank's timings, rank-N.json
 POOLS = {"sized": True, "default": False}  # thread pools: sized to the worker's CPUs, or TF's defaults
 COMMANDS = {  # each runtime's command, given --config, --workers, --storage and --name
     "qml_ray": ["qml_ray.train", "--address", "local"],
@@ -56,10 +58,11 @@ def plan(runtimes: list[str], workers: list[int], pools: list[str], rounds: int)
 
 
 def bench_configs(config: config_lib.Config, pools: list[str], folder: Path) -> dict[str, Path]:
-    """Per thread-pool choice, the config file its runs use, keeping their run folders under `folder`."""
+    """Per thread-pool choice, the config file its runs use, keeping their run folders under `folder`
+    and their ranks' timings in them."""
     paths = {}
     for pool in pools:
-        variant = config.replace(size_thread_pools=POOLS[pool], storage=str(folder / "runs"))
+        variant = config.replace(size_thread_pools=POOLS[pool], storage=str(folder / "runs"), callbacks=TIMINGS)
         paths[pool] = folder / f"config-{pool}.yaml"
         paths[pool].write_text(variant.to_yaml())
     return paths
@@ -67,10 +70,8 @@ def bench_configs(config: config_lib.Config, pools: list[str], folder: Path) -> 
 
 def measure(case: Case, config_path: Path, folder: Path, name: str, timeout: float) -> dict:
     """Run one case's command; return its record (per epoch the slowest rank's seconds)."""
-    timings = folder / "timings" / name
-    timings.mkdir(parents=True)
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local Ray of its own
-    env.update({TIMINGS_ENV: str(timings), "PYTHONUNBUFFERED": "1"})
+    env["PYTHONUNBUFFERED"] = "1"
     command = [
         sys.executable,
         "-m",
@@ -93,6 +94,7 @@ def measure(case: Case, config_path: Path, folder: Path, name: str, timeout: flo
             process.wait()
             code = f"none: stopped after {timeout:.0f} s"
     wall = time.time() - launched
+    timings = folder / "runs" / name / TIMINGS_FOLDER
     ranks = [json.loads(path.read_text()) for path in sorted(timings.glob("rank-*.json"))]
     if code != 0 or len(ranks) != case.workers:
         tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
