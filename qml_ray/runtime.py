@@ -64,7 +64,7 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     try:
         ray.init(
             address=address,
-            runtime_env={"env_vars": job_env(), "worker_process_setup_hook": "qml_ray.warm_up.start"},
+            runtime_env={"env_vars": job_env(), "worker_process_setup_hook": "qml_ray.worker_setup.start"},
             logging_level="WARNING" if log_to_driver else "ERROR",
             log_to_driver=log_to_driver,
         )

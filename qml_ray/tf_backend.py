@@ -30,7 +30,7 @@ class TFConfig(BackendConfig):
 class TFConfigBackend(Backend):
     def on_start(self, worker_group, backend_config: TFConfig):
         """Give every worker the cluster's addresses and its own index, as TF_CONFIG, and have every
-        worker finish importing TensorFlow now, all at once (warm_up.py began it at the process's
+        worker finish importing TensorFlow now, all at once (worker_setup.py began it at the process's
         start): Ray Train next asks rank 0 alone for the framework's version (the dashboard's Train
         view shows it), which would import it there first, then on the others (3 s more of the
         tutorial config's start here)."""

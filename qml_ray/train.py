@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from qml_ray import checkpoints, claims, cli, config as config_lib, contract, datasets, interrupts, runtime, storage
 from qml_ray.errors import UsageError, one_line
-from qml_ray.warm_up import TRAINING_WORKER_ENV
+from qml_ray.worker_setup import TRAINING_WORKER_ENV
 
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
@@ -263,7 +263,7 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
 
 
 def training_worker_env(config: config_lib.Config) -> dict:
-    """A training worker's env vars: its thread pools, and the mark that starts its imports early (warm_up.py)."""
+    """A training worker's env vars: its thread pools, and the mark that starts its imports early (worker_setup.py)."""
     return {**runtime.worker_env(config.cpus_per_worker, config.size_thread_pools), TRAINING_WORKER_ENV: "1"}
 
 

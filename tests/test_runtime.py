@@ -1,13 +1,15 @@
-"""Thread rounds: the share of a worker's threads its steps leave idle, and the warning about it."""
+"""Thread rounds: the share of a worker's threads its steps leave idle, and the warning about it;
+a job's workers find their own cluster beside another Ray on the machine."""
 
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
 
 from qml_ray import config as config_lib, runtime
 from qml_ray.train import warn_idle_threads
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, command_env
 
 
 @pytest.mark.parametrize(
@@ -39,3 +41,31 @@ def test_one_warning_line_when_a_tenth_of_the_threads_would_idle(capsys):
     warn_idle_threads(config_lib.Config(qubits=23, examples=1000, workers=47, batch_size=15, cpus_per_worker=15))
     warn_idle_threads(config_lib.Config(workers=32, batch_size=32, cpus_per_worker=15, size_thread_pools=False))
     assert capsys.readouterr().err == ""
+
+
+# A command's local Ray; in one of its workers, a state API call without an address (as Ray Train's
+# placement-group cleaner makes): it must answer from this Ray, whatever else runs on the machine.
+OWN_CLUSTER = """
+import ray
+from qml_ray import runtime
+
+runtime.connect(None)
+
+
+@ray.remote
+def nodes_seen():
+    from ray.util.state import list_nodes
+
+    return [node.node_id for node in list_nodes()]
+
+
+print(ray.get(nodes_seen.remote()) == [ray.get_runtime_context().get_node_id()])
+"""
+
+
+def test_a_jobs_workers_ask_their_own_cluster_beside_another_ray(shared_cluster):
+    """Ray alone would find both this local Ray and the shared cluster, and fail."""
+    done = subprocess.run(
+        [sys.executable, "-c", OWN_CLUSTER], env=command_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["True"], done.stdout[-2000:] + done.stderr[-2000:]
