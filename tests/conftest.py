@@ -80,8 +80,8 @@ MAINS = {"train": "train", "infer": "infer", "sweep": "sweep", "cluster": "clust
 def in_process(capfd, monkeypatch):
     """Run `python -m qml_ray.<command> args...` as its main in this process, in `cwd` with `env`'s
     changes (None removes a variable), for the logic tests a process of its own adds nothing to:
-    one that would start Ray needs one (run_command). Its signal handlers and the modules it
-    imported from `cwd` go with it."""
+    one that would start Ray needs one (run_command). Its signal handlers, its changes to the
+    environment and the modules it imported from `cwd` go with it."""
     from qml_ray import cli
 
     def run(command: str, *args, cwd: Path = ROOT, env: dict | None = None) -> Done:
@@ -95,7 +95,7 @@ def in_process(capfd, monkeypatch):
             else:
                 monkeypatch.setenv(key, value)
         handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-        modules = set(sys.modules)
+        modules, environ = set(sys.modules), dict(os.environ)
         capfd.readouterr()
         try:
             cli.run(main, [str(arg) for arg in args])
@@ -105,6 +105,8 @@ def in_process(capfd, monkeypatch):
         finally:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
+            os.environ.clear()
+            os.environ.update(environ)
             for name in set(sys.modules) - modules:
                 if str(getattr(sys.modules[name], "__file__", "")).startswith(str(cwd)):
                     del sys.modules[name]
@@ -126,7 +128,7 @@ class TrainedRun:
     output: str  # what the train command printed
 
 
-TUTORIAL_EPOCHS = 20  # of its 50: validation accuracy passes 0.9 within 10
+TUTORIAL_EPOCHS = 10  # of its 50, a multiple of its checkpoint_every: validation accuracy passes 0.9 from epoch 8
 
 
 @pytest.fixture(scope="session")
@@ -374,11 +376,16 @@ class LocalCluster:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
+    def worker_nodes_alive(self) -> list[dict]:
+        listed = ray_cli(self.env, *"list nodes --filter state=ALIVE --format json".split(), "--address", self.url)
+        return [node for node in json.loads(listed) if not node["is_head_node"]]
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A head that runs no work and two worker nodes of one CPU each, like the RayCluster on
-    GKE, for the tests of one module; the script stops every node it started by PID afterwards."""
+
+@pytest.fixture(scope="session")
+def multi_node_cluster(tmp_path_factory):
+    """A head that runs no work and two worker nodes of one CPU each, like the RayCluster on GKE,
+    for the session's multi-node tests; the script stops every node it started by PID afterwards.
+    Local Rays started meanwhile keep to their own (worker_setup.py)."""
     state = tmp_path_factory.mktemp("cluster")
     env = command_env(
         QML_RAY_CLUSTER_DIR=str(state),
@@ -402,6 +409,14 @@ def cluster(tmp_path_factory):
         local.script("down")
         assert not [pid for pid in pids if is_running(pid)]
         assert not Path("/tmp/ray/ray_current_cluster").exists()  # no stale cluster for later ray.init()
+
+
+@pytest.fixture
+def cluster(multi_node_cluster) -> LocalCluster:
+    """The multi-node cluster, with two live worker nodes whatever the test before it left."""
+    for _ in range(2 - len(multi_node_cluster.worker_nodes_alive())):
+        multi_node_cluster.script("add", "1")
+    return multi_node_cluster
 
 
 def is_running(pid: int) -> bool:

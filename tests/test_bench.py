@@ -36,8 +36,8 @@ def test_runtimes_measures_every_runtime_side_by_side(tmp_path):
     assert (tmp_path / "runtimes.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_circuits_times_forward_and_gradient(tmp_path):
-    done = run_command("bench", "circuits", "--qubits", "4,6", "--circuits", 2, "--out", tmp_path)
+def test_circuits_times_forward_and_gradient(tmp_path, in_process):
+    done = in_process("bench", "circuits", "--qubits", "4,6", "--circuits", 2, "--out", tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp_path / "circuits.json").read_text())
     assert doc["kernel_path"] == kernel.PATH and f"block kernel: the {kernel.PATH} path" in done.stdout
@@ -58,9 +58,9 @@ def test_circuits_times_forward_and_gradient(tmp_path):
     assert "| 6 | 2 |" in table and "state-sized pass" in table and "Lightning" not in table
 
 
-def test_circuits_times_the_controlled_family(tmp_path):
+def test_circuits_times_the_controlled_family(tmp_path, in_process):
     """Multi-controlled gates through a TFQ expectation layer: every figure, the family named, no projection."""
-    done = run_command(
+    done = in_process(
         "bench", "circuits", "--family", "controlled", "--qubits", "5", "--circuits", 2, "--out", tmp_path
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -72,9 +72,9 @@ def test_circuits_times_the_controlled_family(tmp_path):
     assert "controlled by the next 3" in (tmp_path / "circuits.md").read_text()
 
 
-def test_circuits_with_peers_agree_with_the_block_values(tmp_path):
+def test_circuits_with_peers_agree_with_the_block_values(tmp_path, in_process):
     require(not peers.missing(), f"the peers extra is not installed ({peers.INSTALL})")
-    done = run_command("bench", "circuits", "--qubits", "5", "--circuits", 2, "--peers", "--out", tmp_path)
+    done = in_process("bench", "circuits", "--qubits", "5", "--circuits", 2, "--peers", "--out", tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = json.loads((tmp_path / "circuits.json").read_text())["probes"][0]["peers"]
     assert set(found) == {"block", "qsim", "lightning_complex64", "lightning_complex128"}

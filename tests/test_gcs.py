@@ -25,7 +25,8 @@ def blob_names(prefix: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def gcs_run(gcs_server, shared_cluster) -> str:
-    options = ("--storage", f"gs://{BUCKET}/runs", "--name", "smoke", "--address", shared_cluster.address)
+    options = ("--workers", 1, "--storage", f"gs://{BUCKET}/runs", "--name", "smoke")
+    options += ("--address", shared_cluster.address)
     done = run_command("train", "--config", SMOKE, *options)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(e, EPOCHS) for e in range(1, EPOCHS + 1)]

@@ -1,18 +1,23 @@
-"""`ray job submit` on a real multi-node Ray cluster on this machine (scripts/local_cluster.sh):
-a head that runs no work and two worker nodes of one CPU each, like the RayCluster on GKE."""
+"""`ray job submit` of training, inference and a sweep on a real multi-node Ray cluster on this
+machine (scripts/local_cluster.sh): a head that runs no work and two worker nodes of one CPU each,
+like the RayCluster on GKE."""
 
+import itertools
 import json
+import os
 import re
 import time
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from qml_ray import claims
+from qml_ray import claims, config as config_lib
 
 from conftest import SMOKE, ray_cli, submit
 from holds import HOLD, HOLD_ENV
+from test_sweep import RUN_FILES, SMALL, TRIALS, trial_folders
 
 pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
 
@@ -44,49 +49,44 @@ def wait_until_held(hold: Path, url: str, env: dict, job: str) -> None:
         time.sleep(0.5)
 
 
-def test_training_and_inference_jobs_on_a_multi_node_cluster(cluster, tmp_path):
+def test_a_users_model_trains_and_infers_as_jobs_on_a_multi_node_cluster(cluster, user_project, tmp_path):
+    """The user's module and data are in the job's working folder only: the driver, every worker
+    and every Ray Data task find them there. While it trains, its epoch gauge is exported."""
     url, env = cluster.url, cluster.env
 
     hold = tmp_path / "hold"
     hold.write_text("1")
-    options = ("--config", SMOKE, "--workers", 2, "--epochs", EPOCHS, *HOLD, "--storage", tmp_path, "--name", "smoke")
-    train = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={HOLD_ENV: str(hold)})
+    options = ("--model", "mymodel:build", "--data", "data", "--workers", 2, "--epochs", EPOCHS, *HOLD)
+    train = submit(
+        url,
+        env,
+        *("qml_ray.train", *options, "--storage", tmp_path, "--name", "mine"),
+        wait=False,
+        working_dir=user_project,
+        env_vars={HOLD_ENV: str(hold)},
+    )
     wait_until_held(hold, url, env, train)  # held in epoch 2: rank 0 set the gauges at epoch 1's end
     time.sleep(GAUGE_SECONDS)  # without a refresh, Ray's agent would have dropped them by now
-    exported = scraped_epoch(cluster, "smoke")  # ray_qml_ray_epoch{run="smoke"} while it trains
+    exported = scraped_epoch(cluster, "mine")  # ray_qml_ray_epoch{run="mine"} while it trains
     hold.unlink()
     logs = ray_cli(env, "job", "logs", train, "--address", url, "--follow")
     assert "succeeded" in ray_cli(env, "job", "status", train, "--address", url).lower(), logs[-3000:]
     assert exported == 1
     assert [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", logs, re.M)] == list(range(1, EPOCHS + 1))
     assert len(logs.splitlines()) <= EPOCHS + 10, logs  # the job's log: the command's console, nothing of Ray's
+    [run] = [run for run in cluster.train_runs() if run["name"] == "mine"]  # the dashboard's Train view
+    assert run["status"] == "FINISHED"
     listing = "list actors --filter class_name=RayTrainWorker --detail --format json".split()
     actors = json.loads(ray_cli(env, *listing, "--address", url))
-    assert len({actor["node_id"] for actor in actors}) == 2  # one training worker per worker node
-    [run] = cluster.train_runs()  # the dashboard's Train view
-    assert run["name"] == "smoke" and run["status"] == "FINISHED"
+    workers = [actor for actor in actors if actor["job_id"] == run["job_id"]]
+    assert len({actor["node_id"] for actor in workers}) == 2  # one training worker per worker node
 
-    infer = submit(url, env, "qml_ray.infer", "--run", tmp_path / "smoke")
-    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
-    assert re.search(r"loss \d\.\d+  accuracy \d\.\d+", ray_cli(env, "job", "logs", infer, "--address", url))
-    assert (tmp_path / "smoke" / "weights" / "_COMPLETE").is_file()
-    jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", url))
-    assert sorted(str(job["submission_id"]) for job in jobs) == sorted([train, infer])  # no job of the script's
-
-
-def test_a_users_model_travels_with_the_jobs_working_folder(cluster, user_project, tmp_path):
-    """The user's module and data are in the job's working folder only: the driver, every worker
-    and every Ray Data task find them there."""
-    url, env = cluster.url, cluster.env
-    options = ("--model", "mymodel:build", "--data", "data", "--workers", 2, "--epochs", 2)
-    train = submit(
-        url, env, "qml_ray.train", *options, "--storage", tmp_path, "--name", "mine", working_dir=user_project
-    )
-    logs = ray_cli(env, "job", "logs", train, "--address", url)
-    assert "succeeded" in ray_cli(env, "job", "status", train, "--address", url).lower(), logs[-3000:]
-    assert re.findall(r"^epoch (\d)/2  loss", logs, re.M) == ["1", "2"]
     infer = submit(url, env, "qml_ray.infer", "--run", tmp_path / "mine", working_dir=user_project)
+    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
     assert re.search(r"^loss \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)
+    assert (tmp_path / "mine" / "weights" / "_COMPLETE").is_file()
+    jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", url))
+    assert {job["type"] for job in jobs} == {"SUBMISSION"}  # no job of the script's (a client joining Ray)
 
 
 def test_ray_job_stop_stops_the_training_at_once_and_says_how_to_continue(cluster, tmp_path):
@@ -108,3 +108,45 @@ def test_ray_job_stop_stops_the_training_at_once_and_says_how_to_continue(cluste
     assert "Traceback" not in logs and stopped_after < 30, stopped_after
     assert not (run / claims.CLAIM).exists() and not (run / "weights").exists()
     print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
+
+
+def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):
+    """4 trials (2 learning rates x 2 seeds) of one 1-CPU worker each on 2 one-CPU nodes: 2 at a time."""
+    url, env = cluster.url, cluster.env
+    options = ("--grid", "learning_rate=0.05,0.1", "--seeds", 2, "--storage", tmp_path, "--name", "lr")
+    job = submit(url, env, "qml_ray.sweep", *SMALL, *options)
+    assert "succeeded" in ray_cli(env, "job", "status", job, "--address", url).lower()
+    logs = ray_cli(env, "job", "logs", job, "--address", url)
+
+    sweep = tmp_path / "lr"
+    runs = trial_folders(sweep)
+    assert [run.name for run in runs] == list(TRIALS)
+    for run in runs:
+        assert {p.relative_to(run).as_posix() for p in run.rglob("*")} >= RUN_FILES, run
+        assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004"]
+        assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, EPOCHS + 1))
+        config = config_lib.of_run(str(run))
+        assert (config.learning_rate, config.seed) == TRIALS[run.name]
+    # trials with the same seed share one data set on disk (hard links), whatever their learning rate
+    assert os.path.samefile(runs[0] / "data/test.parquet", runs[2] / "data/test.parquet")
+    assert not os.path.samefile(runs[0] / "data/test.parquet", runs[1] / "data/test.parquet")
+
+    # side by side: some trial's Ray Train run started before another's ended (as the dashboard shows them)
+    spans = sorted((run["start_time_ns"], run["end_time_ns"]) for run in cluster.train_runs() if run["name"] in TRIALS)
+    assert len(spans) == 4 and any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans
+
+    table = pd.read_csv(sweep / "results.csv")
+    assert len(table) == 4 and set(table["state"]) == {"finished"} and (table["epochs"] == EPOCHS).all()
+    assert table["best_val_loss"].is_monotonic_increasing  # ranked by val_loss, best first
+    best = table.iloc[0]
+    assert best["best_val_loss"] == pytest.approx(pd.read_csv(Path(best["run"]) / "metrics.csv")["val_loss"].min())
+    assert (sweep / "results.md").read_text().count("\n") == 2 + 4
+    assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    trial_lines = [line for line in logs.splitlines() if line.startswith("trial ")]
+    assert len(trial_lines) == 4 and all(": finished, 4 epochs" in line for line in trial_lines), logs
+    assert f"best trial (val_loss {best['best_val_loss']:.4f}): {best['run']}" in logs
+    assert "epoch 1/4" not in logs  # the trainings' epoch lines stay in Ray's logs
+
+    infer = submit(url, env, "qml_ray.infer", "--run", best["run"])
+    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()

@@ -4,7 +4,7 @@ a head and two 1-CPU worker nodes).
 
 Each fault comes while the training is held at a step (tests/holds.py), so it certainly comes
 during training however fast the machine is; each test starts on two live worker nodes, whatever
-the one before it left."""
+the one before it left (conftest.cluster)."""
 
 import csv
 import json
@@ -46,18 +46,6 @@ def held_after(epochs: int, hold: Path) -> dict:
     """The env vars of a job whose training waits after `epochs` epochs while `hold` exists."""
     hold.write_text(str(epochs))
     return {HOLD_ENV: str(hold)}
-
-
-def alive_worker_nodes(cluster) -> list[dict]:
-    listed = ray_cli(cluster.env, *"list nodes --filter state=ALIVE --format json".split(), "--address", cluster.url)
-    return [node for node in json.loads(listed) if not node["is_head_node"]]
-
-
-@pytest.fixture(autouse=True)
-def two_worker_nodes(cluster):
-    """Each test starts with two live worker nodes, whatever the test before it left."""
-    for _ in range(2 - len(alive_worker_nodes(cluster))):
-        cluster.script("add", "1")
 
 
 def history(run: Path) -> list[dict]:
@@ -159,7 +147,7 @@ def test_training_rides_through_the_loss_of_a_worker_node(cluster, tmp_path):
     assert checkpoint % CHECKPOINT_EVERY == 0 and 0 <= lost <= CHECKPOINT_EVERY, (first, resumed)
     assert epochs_by_attempt(logs)[-1][-1] == EPOCHS
     assert_every_epoch_once(run)
-    [train_run] = cluster.train_runs()  # what the dashboard's Train view shows
+    [train_run] = [run for run in cluster.train_runs() if run["name"] == "node-lost"]  # the dashboard's Train view
     statuses = [attempt["status"] for attempt in train_run["attempts"]]
     assert statuses[0] == "ERRORED" and statuses[-1] == "FINISHED" and train_run["status"] == "FINISHED", statuses
     resumed_after = float(history(run)[checkpoint]["finished_at"]) - killed_at  # its first epoch done
