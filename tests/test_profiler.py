@@ -7,36 +7,31 @@ import sys
 import time
 
 from conftest import ROOT, SMOKE, command_env, free_port
-from holds import HOLD, HOLD_ENV
 
 
 def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_ray):
     port = free_port()  # the two workers on this node serve on port and port + 1
-    run, hold = tmp_path / "profiled", tmp_path / "hold"
-    hold.write_text("1")  # held at epoch 2's first step (tests/holds.py): steps 2-3 are in epoch 1
-    command = [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "2"]
-    profiling = ["--profile-steps", "2,3", "--profiler-port", str(port), *HOLD, "--address", shared_ray]
+    run = tmp_path / "profiled"
+    command = [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "20"]
+    profiling = ["--profile-steps", "2,3", "--profiler-port", str(port), "--address", shared_ray]
     with open(tmp_path / "train.log", "w") as log:
         training = subprocess.Popen(
             [*command, *profiling, "--storage", str(tmp_path), "--name", run.name],
             cwd=ROOT,
-            env=command_env(**{HOLD_ENV: str(hold)}),
+            env=command_env(),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 300
-        while training.poll() is None and not (tmp_path / "hold.held").exists():
-            assert time.monotonic() < deadline, "training never held"
-            time.sleep(0.2)
-        traces = list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb"))  # epoch 1's end published it
+        # Steps 2-3 are in epoch 1, whose end publishes the trace; the servers started before.
+        while training.poll() is None and not list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb")):
+            time.sleep(0.5)
         for worker_port in (port, port + 1):
             socket.create_connection(("127.0.0.1", worker_port), timeout=10).close()
-        hold.unlink()
-        assert training.wait(timeout=300) == 0, (tmp_path / "train.log").read_text()[-3000:]
+        assert training.wait(timeout=600) == 0, (tmp_path / "train.log").read_text()[-3000:]
     finally:
         if training.poll() is None:
             training.kill()
             training.wait()
 
-    assert len(traces) == 1 and traces == list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb"))
+    assert len(list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb"))) == 1
