@@ -17,7 +17,7 @@ from qml_ray import claims, config as config_lib
 
 from conftest import SMOKE, ray_cli, submit
 from holds import HOLD, HOLD_ENV
-from test_sweep import RUN_FILES, SMALL, TRIALS, trial_folders
+from test_sweep import EPOCHS as TRIAL_EPOCHS, RUN_FILES, SMALL, TRIALS, trial_folders
 
 pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
 
@@ -124,7 +124,7 @@ def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):
     for run in runs:
         assert {p.relative_to(run).as_posix() for p in run.rglob("*")} >= RUN_FILES, run
         assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004"]
-        assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, EPOCHS + 1))
+        assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, TRIAL_EPOCHS + 1))
         config = config_lib.of_run(str(run))
         assert (config.learning_rate, config.seed) == TRIALS[run.name]
     # trials with the same seed share one data set on disk (hard links), whatever their learning rate
@@ -136,7 +136,7 @@ def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):
     assert len(spans) == 4 and any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans
 
     table = pd.read_csv(sweep / "results.csv")
-    assert len(table) == 4 and set(table["state"]) == {"finished"} and (table["epochs"] == EPOCHS).all()
+    assert len(table) == 4 and set(table["state"]) == {"finished"} and (table["epochs"] == TRIAL_EPOCHS).all()
     assert table["best_val_loss"].is_monotonic_increasing  # ranked by val_loss, best first
     best = table.iloc[0]
     assert best["best_val_loss"] == pytest.approx(pd.read_csv(Path(best["run"]) / "metrics.csv")["val_loss"].min())
