@@ -16,7 +16,7 @@ from qml_ray import claims, config as config_lib
 
 from conftest import SMOKE, ray_cli, submit
 from holds import HOLD, HOLD_ENV
-from test_sweep import EPOCHS as TRIAL_EPOCHS, RUN_FILES, SMALL, TRIALS, trial_folders
+from test_sweep import EPOCHS as TRIAL_EPOCHS, SMALL
 
 pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
 
@@ -107,6 +107,14 @@ def test_ray_job_stop_stops_the_training_at_once_and_says_how_to_continue(cluste
     assert "Traceback" not in logs and stopped_after < 30, stopped_after
     assert not (run / claims.CLAIM).exists() and not (run / "weights").exists()
     print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
+
+
+TRIALS = {f"learning_rate={rate}-seed=7": (rate, 7) for rate in (0.05, 0.1)}  # the sweep job's
+RUN_FILES = {"config.yaml", "data/train.parquet", "data/test.parquet", "metrics.csv", "weights/_COMPLETE"}
+
+
+def trial_folders(sweep: Path) -> list[Path]:
+    return sorted(p for p in sweep.iterdir() if p.is_dir() and "=" in p.name)
 
 
 def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):

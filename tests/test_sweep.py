@@ -1,6 +1,6 @@
 """`python -m qml_ray.sweep`: real Ray Tune running real trainings of the smoke config, each trial
-its own Ray Train run and run folder; through `ray job submit` on the multi-node cluster, killed
-part way and resumed, and every bad input."""
+its own Ray Train run and run folder; killed part way and resumed, which trials share a data set,
+and every bad input. The sweep as a job on the multi-node cluster: test_multinode."""
 
 import os
 import signal
@@ -18,13 +18,7 @@ from conftest import ROOT, SMOKE, command_env, run_command, session_processes
 from test_bad_input import CPUS, assert_usage_error
 
 EPOCHS = 4  # the smoke config's 6, shortened: checkpoints at epochs 2 and 4
-SMALL = ("--config", SMOKE, "--workers", 1, "--epochs", EPOCHS)
-TRIALS = {f"learning_rate={rate}-seed=7": (rate, 7) for rate in (0.05, 0.1)}  # the sweep job's (test_multinode)
-RUN_FILES = {"config.yaml", "data/train.parquet", "data/test.parquet", "metrics.csv", "weights/_COMPLETE"}
-
-
-def trial_folders(sweep: Path) -> list[Path]:
-    return sorted(p for p in sweep.iterdir() if p.is_dir() and "=" in p.name)
+SMALL = ("--config", SMOKE, "--workers", 1, "--epochs", EPOCHS)  # the sweep job's too (test_multinode)
 
 
 def sweep_command(storage: Path, address: str) -> list[str]:
