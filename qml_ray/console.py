@@ -67,11 +67,15 @@ class Console:
 
 @contextlib.contextmanager
 def problems_told(console: Console | None, run: str):
-    """A worker's block: the environment's problems it meets (storage.environment_problem) are told
-    to the command through `console`, if any, which then stops at once; they are raised all the same."""
+    """A worker's block: a UsageError (a model that breaks the contract, say) or an environment's
+    problem (storage.environment_problem) it meets is told to the command through `console`, which
+    then ends at once, and the block ends quietly: raised, it would have Ray Train start the workers
+    again (and reserve their CPUs anew) while the command and its job end. Without a console
+    (a sweep's trial), it is raised."""
     try:
         yield
     except Exception as err:
-        if console and (problem := storage.environment_problem(err, run)):
-            console.stop(problem)
-        raise
+        problem = err if isinstance(err, UsageError) else storage.environment_problem(err, run)
+        if not (console and problem):
+            raise
+        console.stop(problem)

@@ -27,7 +27,7 @@ import ray.train
 from qml_ray import contract, datasets, runtime, storage
 from qml_ray.checkpoints import whole
 from qml_ray.config import Config
-from qml_ray.errors import ModelError, UsageError
+from qml_ray.errors import ModelError
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -92,16 +92,11 @@ def train_worker(job: Job) -> None:
         inputs = kept_inputs(job, kept_shards(job, rank, world_size), rank, world_size)
     else:
         inputs = streamed_inputs(job, rank, world_size)
-    try:
-        with problems_told(job.console, job.run):  # a full disk, say: the command stops, naming it
-            model = build_replica(job, strategy, rank, context.get_local_rank())
-            require_state_memory(model, inputs.first_circuit, job.config.cpus_per_worker)
-            extra = ray_train(job.config, job.run, rank, inputs.steps)
-            train_replica(job, model, strategy, inputs, rank, ray.train.get_checkpoint(), extra)
-    except UsageError as err:  # the model, or its size: every rank finds the same, the command ends in one line
-        if job.console:
-            job.console.stop(err)
-        raise
+    with problems_told(job.console, job.run):  # the model, its size or a full disk: the command ends in one line
+        model = build_replica(job, strategy, rank, context.get_local_rank())
+        require_state_memory(model, inputs.first_circuit, job.config.cpus_per_worker)
+        extra = ray_train(job.config, job.run, rank, inputs.steps)
+        train_replica(job, model, strategy, inputs, rank, ray.train.get_checkpoint(), extra)
 
 
 def kept_shards(job: Job, rank: int, world_size: int) -> dict:

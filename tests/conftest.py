@@ -308,6 +308,19 @@ class SharedCluster:
             f"placement group {group.placement_group_id} ({group.state})" for group in groups
         ]
 
+    def train_runs(self) -> list[dict]:
+        """The Ray Train runs as the dashboard's Train view gets them (with their attempts)."""
+        return dashboard_answer(self.dashboard + TRAIN_RUNS)["train_runs"]
+
+
+TRAIN_RUNS = "/api/train/v2/runs/v1"  # the dashboard's Train view asks here
+
+
+def dashboard_answer(url: str, headers: dict | None = None):
+    """A Ray dashboard API's answer (JSON)."""
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=60) as response:
+        return json.load(response)
+
 
 @pytest.fixture
 def shared_ray(shared_cluster) -> str:
@@ -361,13 +374,11 @@ class LocalCluster:
     def get(self, path: str):
         """A dashboard API answer (JSON), with Ray's token as the browser sends it."""
         token = (Path.home() / ".ray" / "auth_token").read_text().strip()
-        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {token}"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.load(response)
+        return dashboard_answer(self.url + path, {"Authorization": f"Bearer {token}"})
 
     def train_runs(self) -> list[dict]:
         """The Ray Train runs as the dashboard's Train view gets them (with their attempts)."""
-        return self.get("/api/train/v2/runs/v1")["train_runs"]
+        return self.get(TRAIN_RUNS)["train_runs"]
 
     def script(self, *args: str) -> str:
         done = subprocess.run(

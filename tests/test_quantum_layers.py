@@ -113,9 +113,10 @@ def test_a_noise_channel_keeps_tfqs_gradient_with_one_warning_and_trains(tmp_pat
     assert np.isfinite(history.history["loss"]).all() and not np.allclose(model.get_weights()[0], before)
 
 
-def test_block_on_a_model_that_cannot_take_it_is_one_error_line(tmp_path, shared_ray):
+def test_block_on_a_model_that_cannot_take_it_is_one_error_line(tmp_path, shared_cluster, shared_ray):
     """The workers find it when they build the model: the command ends in one line, exit status 2, and the
-    new run folder is removed."""
+    new run folder is removed. Ray Train never starts the workers again meanwhile (a new reservation made
+    as the command's job ends could outlive it)."""
     from examples import regression
 
     imports = "import cirq\nimport sympy\nimport tensorflow as tf\nimport tensorflow_quantum as tfq\n\n"
@@ -130,6 +131,8 @@ def test_block_on_a_model_that_cannot_take_it_is_one_error_line(tmp_path, shared
     assert "differentiator block: layer noisy (NoisyPQC) cannot take the block gradient" in line
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "runs" / "noisy").exists()
+    [run] = [run for run in shared_cluster.train_runs() if run["name"] == "noisy"]
+    assert "ERRORED" not in [attempt["status"] for attempt in run["attempts"]], run["attempts"]
 
 
 def on_qubits(count: int):
