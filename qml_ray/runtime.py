@@ -4,6 +4,7 @@ import atexit
 import math
 import os
 import socket
+import sys
 import time
 
 import ray
@@ -73,6 +74,32 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     interrupts.install()  # again: ray.init sets a SIGTERM handler of its own
     if address == "local":
         _local_ray.append(True)
+    else:
+        release_reservations_of_ended_jobs()
+
+
+def release_reservations_of_ended_jobs() -> None:
+    """Remove the placement groups left by jobs that have ended and have no actor alive, saying so
+    in one line on stderr. Ray removes a job's placement groups as it ends it, but keeps for good one
+    that an actor of the job asks for meanwhile (Ray Train starting a killed command's workers again,
+    say): its CPUs would stay reserved, and the next run would wait for them in vain."""
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+    from ray.util.state import list_actors, list_jobs, list_placement_groups
+
+    here = ray.get_runtime_context().gcs_address
+    ended = {job.job_id for job in list_jobs(address=here, raise_on_missing_output=False) if job.status in ENDED}
+    ended -= {actor.job_id for actor in list_actors(address=here, filters=[("state", "!=", "DEAD")], limit=LISTED)}
+    groups = list_placement_groups(address=here, filters=[("state", "!=", "REMOVED")], limit=LISTED, detail=True)
+    left = [group for group in groups if group.creator_job_id in ended and not group.is_detached]
+    for group in left:
+        remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group.placement_group_id))))
+    if left:
+        cpus = sum(bundle["unit_resources"].get("CPU", 0) for group in left for bundle in group.bundles)
+        print(f"released {len(left)} reservation(s) of {cpus:g} CPU(s) left by ended jobs", file=sys.stderr)
+
+
+ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}  # a job's status once its driver has gone
+LISTED = 10_000  # the most actors and placement groups listed (Ray's default: 100)
 
 
 def leave() -> None:
