@@ -4,12 +4,12 @@ file exists, so that a test injects its fault while the work certainly runs.
 The test names the file in the command's environment (HOLD_ENV; on a cluster, in the job's runtime
 environment) holding a number of epochs N (empty: 0). Training held: the command runs with HOLD
 (`--callbacks tests.holds:hold`), and every worker waits before each training step from the first
-after N epochs while rank 0 sees the file, unless Ray Train reports a node of the run draining (the
-drain's checkpoint then comes at that step's end). Inference held: the run's model is `held_qcnn`,
-the QCNN whose calls in `infer`'s actors wait while the file exists. While they wait, FILE.held
-exists. The test starts the command with the file in place, waits for FILE.held, injects its fault
-(a signal, a second command, a drain notice, a lost node), then removes the file. Nothing here
-depends on how fast the machine is.
+after N epochs while rank 0 sees the file, but for one step once Ray Train reports a node of the
+run draining (the drain's checkpoint comes at that step's end; then it waits again). Inference
+held: the run's model is `held_qcnn`, the QCNN whose calls in `infer`'s actors wait while the file
+exists. While they wait, FILE.held exists. The test starts the command with the file in place,
+waits for FILE.held, injects its fault (a signal, a second command, a drain notice, a lost node),
+then removes the file. Nothing here depends on how fast the machine is.
 """
 
 import os
@@ -31,18 +31,23 @@ def hold(rank: int, run: str) -> list:
 
 
 class HoldAtStep(tf.keras.callbacks.Callback):
-    """Waits before every step after the epochs in the file at `path` while it exists and no node is
-    draining. Every rank asks rank 0 the same questions in the same order (both are collective)."""
+    """Waits before every step after the epochs in the file at `path` while it exists, but the first
+    step after a node is seen draining. Every rank asks rank 0 the same questions in the same order
+    (both are collective)."""
 
     def __init__(self, path: str):
         super().__init__()
         self.path = path
+        self.drained = False  # a drain let one step run
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epochs_done = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        while broadcast_from_rank_zero(self.held()) and ray.train.get_preemption_info() is None:
+        while broadcast_from_rank_zero(self.held()):
+            if ray.train.get_preemption_info() is not None and not self.drained:
+                self.drained = True  # this step runs, and the drain's checkpoint comes at its end
+                return
             Path(f"{self.path}.held").touch()  # tells the test that training waits
             time.sleep(POLL_SECONDS)
 

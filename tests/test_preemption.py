@@ -8,18 +8,18 @@ the one before it left (conftest.cluster)."""
 
 import csv
 import json
-import math
 import os
 import re
 import signal
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from qml_ray import config as config_lib, storage
+from qml_ray import storage
 
 from conftest import SMOKE, proc_stat, ray_cli, submit
 from holds import HOLD, HOLD_ENV
@@ -28,8 +28,6 @@ pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
 
 EPOCHS, CHECKPOINT_EVERY = 8, 3
 WAIT = 10  # --capacity-timeout of the run whose capacity is lost for good: seconds its replacement is waited for
-SMOKE_CONFIG = config_lib.load(SMOKE)
-STEPS = math.ceil(config_lib.split_sizes(SMOKE_CONFIG)[0] / 2 / SMOKE_CONFIG.batch_size)  # per epoch, 2 workers
 # The ray CLI's listing of the training workers alive.
 ALIVE_TRAINING_WORKERS = "list actors --filter class_name=RayTrainWorker --filter state=ALIVE --detail --format json"
 
@@ -96,8 +94,8 @@ def parent_pid(pid: int) -> int:
 
 def epochs_by_attempt(logs: str) -> list[list[int]]:
     """The epoch lines in the job's log, per attempt of the worker group (an attempt that
-    restores a checkpoint first says so)."""
-    attempts = re.split(r"^continuing from the checkpoint of epoch \d+$", logs, flags=re.M)
+    restores a checkpoint first says so, and which)."""
+    attempts = re.split(r"^(?:continuing from the checkpoint of epoch \d+|resuming epoch .*)$", logs, flags=re.M)
     epochs = [[int(epoch) for epoch in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", part, re.M)] for part in attempts]
     return [attempt for attempt in epochs if attempt]
 
@@ -122,40 +120,6 @@ def assert_every_epoch_once(run: Path) -> None:
     ]
     assert sorted(steps) == list(range(1, EPOCHS + 1))
     assert (run / "weights" / "_COMPLETE").is_file()
-
-
-def test_training_rides_through_the_loss_of_a_worker_node(cluster, tmp_path):
-    """A model and data of the user's own (the classifier example), not the QCNN."""
-    from examples import hea_classifier
-
-    run, hold = tmp_path / "node-lost", tmp_path / "hold"
-    hea_classifier.make_data(str(tmp_path / "data"))
-    model = ("--model", "examples.hea_classifier:classifier", "--data", tmp_path / "data", "--batch-size", 16)
-    command = train_command(tmp_path, "node-lost", model=model)
-    job = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(4, hold))
-    raylet = training_worker_raylets(cluster)[0]
-    last_before = wait_for_epoch(run, 4)
-    os.kill(raylet, signal.SIGKILL)  # a spot node taken away
-    killed_at = time.time()
-    hold.unlink()
-    cluster.script("add", "1")  # its replacement joins, as GKE brings a new spot node
-    logs = follow(cluster, job)
-    assert "succeeded" in job_status(cluster, job), logs[-3000:]
-
-    first, resumed, *_ = epochs_by_attempt(logs)
-    checkpoint, lost = resumed[0] - 1, max(first[-1], last_before) - (resumed[0] - 1)
-    assert checkpoint % CHECKPOINT_EVERY == 0 and 0 <= lost <= CHECKPOINT_EVERY, (first, resumed)
-    assert epochs_by_attempt(logs)[-1][-1] == EPOCHS
-    assert_every_epoch_once(run)
-    [train_run] = [run for run in cluster.train_runs() if run["name"] == "node-lost"]  # the dashboard's Train view
-    statuses = [attempt["status"] for attempt in train_run["attempts"]]
-    assert statuses[0] == "ERRORED" and statuses[-1] == "FINISHED" and train_run["status"] == "FINISHED", statuses
-    resumed_after = float(history(run)[checkpoint]["finished_at"]) - killed_at  # its first epoch done
-    print(
-        f"\nraylet killed after epoch {last_before}, first attempt's last epoch {first[-1]}, restarted from the "
-        f"epoch-{checkpoint} checkpoint, whose next epoch ended {resumed_after:.1f} s after the kill; "
-        f"{lost} epoch(s) trained twice"
-    )
 
 
 def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint(cluster, tmp_path):
@@ -190,7 +154,7 @@ def driver_pid(name: str) -> int:
 
 
 def wait_for_drain_checkpoint(run: Path, timeout: float = 120) -> tuple[int, int]:
-    """Wait for the checkpoint a drain notice brings (the run's own come only at its last epoch);
+    """Wait for the checkpoint a drain notice brings (before the run's first of its own);
     return its epochs done and steps of the next (0 when the notice came at an epoch's last step,
     whose checkpoint is taken at the epoch's end)."""
     deadline = time.monotonic() + timeout
@@ -203,38 +167,72 @@ def wait_for_drain_checkpoint(run: Path, timeout: float = 120) -> tuple[int, int
     raise AssertionError(f"no checkpoint of the drain after {timeout} s")
 
 
-def test_a_draining_node_is_checkpointed_at_the_next_step_and_training_resumes_there(cluster, tmp_path):
-    run, hold = tmp_path / "drained", tmp_path / "hold"
-    command = train_command(tmp_path, "drained", checkpoint_every=EPOCHS)
+def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_without(cluster, tmp_path):
+    """One run of a model and data of the user's own (the classifier example), not the QCNN, loses a
+    worker node twice. First after a drain notice (GKE's for a spot VM): it is checkpointed at the step
+    it was held at and resumes at the next. Then without notice: it resumes from the last periodic
+    checkpoint (every CHECKPOINT_EVERY epochs)."""
+    from examples import hea_classifier
+
+    run, hold = tmp_path / "preempted", tmp_path / "hold"
+    hea_classifier.make_data(str(tmp_path / "data"))
+    model = ("--model", "examples.hea_classifier:classifier", "--data", tmp_path / "data", "--batch-size", 16)
+    command = train_command(tmp_path, "preempted", model=model)
     job = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(2, hold))
     node, raylet = training_worker_nodes(cluster)[0]
-    wait_for_epoch(run, 2)  # and held there until Ray Train sees the drain
-    ray_cli(
-        cluster.env,
-        *("drain-node", "--address", f"127.0.0.1:{cluster.env['RAY_PORT']}", "--node-id", node),
-        *("--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot VM reclaimed"),
-        *("--deadline-remaining-seconds", 30),  # GKE's notice for a spot VM
-    )
+    wait_for_epoch(run, 2)  # held at epoch 3's first step, which the drain lets run; then held again
+    drain(cluster, node)
     drained_at = time.monotonic()
     epoch, step = wait_for_drain_checkpoint(run)
     noticed = time.monotonic() - drained_at
+    hold.write_text("4")  # the restart runs on to epoch 4, past the periodic checkpoint of epoch 3
     os.kill(raylet, signal.SIGKILL)  # the reclaim, a little early
+    cluster.script("add", "1")  # its replacement joins, as GKE brings a new spot node
+    last_before = wait_for_epoch(run, 4)
+    os.kill(training_worker_raylets(cluster)[0], signal.SIGKILL)  # a node lost without notice
+    killed_at = time.time()
     hold.unlink()
     cluster.script("add", "1")
     logs = follow(cluster, job)
     assert "succeeded" in job_status(cluster, job), logs[-3000:]
 
-    if step:
-        assert f"resuming epoch {epoch + 1} at step {step + 1} of {STEPS}" in logs
-    else:
-        assert f"continuing from the checkpoint of epoch {epoch}" in logs
-    assert_every_epoch_once(run)
-    # Adam counts the steps it took. Restored from the drain's checkpoint, it ends at exactly one
-    # count per step of the run: the restart neither repeated the epoch's first steps nor skipped any.
-    weights = tf.train.load_checkpoint(str(run / "weights" / storage.WEIGHTS_PREFIX))
-    assert weights.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == EPOCHS * STEPS
     assert (epoch, step) == (2, 1)  # the step it was held at
-    print(f"\ndrain noticed and checkpointed after {noticed:.1f} s, {epoch} epochs and {step} of {STEPS} steps done")
+    resuming = rf"^resuming epoch {epoch + 1} at step {step + 1} of (\d+) \(a node drained\)$"
+    steps = int(re.search(resuming, logs, re.M).group(1))
+    drained, resumed, after_loss = epochs_by_attempt(logs)
+    checkpoint = after_loss[0] - 1
+    assert (drained, resumed[0], checkpoint, last_before) == ([1, 2], 3, CHECKPOINT_EVERY, 4), logs[-3000:]
+    assert after_loss == list(range(checkpoint + 1, EPOCHS + 1))
+    assert_every_epoch_once(run)
+    # Adam counts the steps it took. Restored from each checkpoint, it ends at exactly one count per
+    # step of the run: the restarts neither repeated a drained epoch's first steps nor skipped any.
+    weights = tf.train.load_checkpoint(str(run / "weights" / storage.WEIGHTS_PREFIX))
+    assert weights.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == EPOCHS * steps
+    [train_run] = [run for run in cluster.train_runs() if run["name"] == "preempted"]  # the dashboard's Train view
+    statuses = [attempt["status"] for attempt in train_run["attempts"]]
+    assert statuses == ["ERRORED", "ERRORED", "FINISHED"] and train_run["status"] == "FINISHED", statuses
+
+    history = pd.read_csv(run / storage.HISTORY)  # the user's model learnt, with its own metrics
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0] and "val_accuracy" in history
+    assert "quantum gradient of layer pqc (PQC): BlockAdjoint (differentiator auto, for Adjoint)" in logs
+    record = json.loads((run / storage.GRADIENTS).read_text())
+    assert [(layer["layer"], layer["gradient"]) for layer in record["layers"]] == [("pqc", "BlockAdjoint")]
+    resumed_after = float(history["finished_at"].iloc[checkpoint]) - killed_at  # its first epoch done
+    print(
+        f"\ndrain noticed and checkpointed after {noticed:.1f} s, {epoch} epochs and {step} of {steps} steps done; "
+        f"node lost at epoch {last_before}, restarted from the epoch-{checkpoint} checkpoint, whose next epoch "
+        f"ended {resumed_after:.1f} s after the loss"
+    )
+
+
+def drain(cluster, node: str) -> None:
+    """Tell Ray that `node` is to be preempted in 30 s (GKE's notice for a spot VM)."""
+    ray_cli(
+        cluster.env,
+        *("drain-node", "--address", f"127.0.0.1:{cluster.env['RAY_PORT']}", "--node-id", node),
+        *("--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot VM reclaimed"),
+        *("--deadline-remaining-seconds", 30),
+    )
 
 
 def test_capacity_lost_for_good_fails_clearly_after_the_wait(cluster, tmp_path):

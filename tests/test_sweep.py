@@ -39,18 +39,20 @@ def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
     the second is past its first checkpoint (epoch 2); --resume keeps the first and continues the
     second from a checkpoint."""
     first, second = tmp_path / "k/learning_rate=0.05-seed=7", tmp_path / "k/learning_rate=0.1-seed=7"
-    sweep = subprocess.Popen(
-        sweep_command(tmp_path, shared_ray),
-        cwd=ROOT,
-        env=command_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    output = tmp_path / "killed.log"
+    with open(output, "w") as out:
+        sweep = subprocess.Popen(
+            sweep_command(tmp_path, shared_ray),
+            cwd=ROOT,
+            env=command_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while epochs_done(second) < 3 and sweep.poll() is None:
-            assert time.monotonic() < deadline, "the second trial never got past its first checkpoint"
+            assert time.monotonic() < deadline, f"the second trial never got past its first checkpoint: {output}"
             time.sleep(0.1)
     finally:
         os.killpg(sweep.pid, signal.SIGKILL)
