@@ -14,7 +14,7 @@ import pytest
 
 from qml_ray import claims, config as config_lib
 
-from conftest import SMOKE, ray_cli, submit
+from conftest import ray_cli, submit
 from holds import HOLD, HOLD_ENV
 from test_sweep import EPOCHS as TRIAL_EPOCHS, SMALL
 
@@ -48,64 +48,51 @@ def wait_until_held(hold: Path, url: str, env: dict, job: str) -> None:
         time.sleep(0.5)
 
 
-def test_a_users_model_trains_and_infers_as_jobs_on_a_multi_node_cluster(cluster, user_project, tmp_path):
+def test_a_users_model_trains_as_a_job_is_stopped_resumed_and_inferred(cluster, user_project, tmp_path):
     """The user's module and data are in the job's working folder only: the driver, every worker
-    and every Ray Data task find them there. While it trains, its epoch gauge is exported."""
+    and every Ray Data task find them there. While it trains, its epoch gauge is exported. Then
+    `ray job stop` (SIGTERM to the job's driver, as a RayJob's deletion sends) stops it within
+    seconds, its log ending with how to continue, the run free for --resume and nothing in it
+    complete; run again with --resume, the job finishes it."""
     url, env = cluster.url, cluster.env
-
-    hold = tmp_path / "hold"
+    hold, run = tmp_path / "hold", tmp_path / "mine"
     hold.write_text("1")
     options = ("--model", "mymodel:build", "--data", "data", "--workers", 2, "--epochs", EPOCHS, *HOLD)
-    train = submit(
-        url,
-        env,
-        *("qml_ray.train", *options, "--storage", tmp_path, "--name", "mine"),
-        wait=False,
-        working_dir=user_project,
-        env_vars={HOLD_ENV: str(hold)},
-    )
+    command = ("qml_ray.train", *options, "--storage", tmp_path, "--name", "mine")
+    train = submit(url, env, *command, wait=False, working_dir=user_project, env_vars={HOLD_ENV: str(hold)})
     wait_until_held(hold, url, env, train)  # held in epoch 2: rank 0 set the gauges at epoch 1's end
     time.sleep(GAUGE_SECONDS)  # without a refresh, Ray's agent would have dropped them by now
     exported = scraped_epoch(cluster, "mine")  # ray_qml_ray_epoch{run="mine"} while it trains
-    hold.unlink()
-    logs = ray_cli(env, "job", "logs", train, "--address", url, "--follow")
-    assert "succeeded" in ray_cli(env, "job", "status", train, "--address", url).lower(), logs[-3000:]
-    assert exported == 1
-    assert [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", logs, re.M)] == list(range(1, EPOCHS + 1))
-    assert len(logs.splitlines()) <= EPOCHS + 10, logs  # the job's log: the command's console, nothing of Ray's
-    [run] = [run for run in cluster.train_runs() if run["name"] == "mine"]  # the dashboard's Train view
-    assert run["status"] == "FINISHED"
-    listing = "list actors --filter class_name=RayTrainWorker --detail --format json".split()
-    actors = json.loads(ray_cli(env, *listing, "--address", url))
-    workers = [actor for actor in actors if actor["job_id"] == run["job_id"]]
-    assert len({actor["node_id"] for actor in workers}) == 2  # one training worker per worker node
-
-    infer = submit(url, env, "qml_ray.infer", "--run", tmp_path / "mine", working_dir=user_project)
-    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
-    assert re.search(r"^loss \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)
-    assert (tmp_path / "mine" / "weights" / "_COMPLETE").is_file()
-    jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", url))
-    assert {job["type"] for job in jobs} == {"SUBMISSION"}  # no job of the script's (a client joining Ray)
-
-
-def test_ray_job_stop_stops_the_training_at_once_and_says_how_to_continue(cluster, tmp_path):
-    """`ray job stop` (SIGTERM to the job's driver, as a RayJob's deletion sends) while the training
-    is held at a step: the job stops within seconds, its log ends with how to continue, the run is
-    free for --resume and nothing in it looks complete."""
-    url, env = cluster.url, cluster.env
-    hold, run = tmp_path / "hold", tmp_path / "stopped"
-    hold.write_text("1")
-    options = ("--config", SMOKE, "--workers", 2, *HOLD, "--storage", tmp_path, "--name", "stopped")
-    job = submit(url, env, "qml_ray.train", *options, wait=False, env_vars={HOLD_ENV: str(hold)})
-    wait_until_held(hold, url, env, job)
     started = time.monotonic()
-    ray_cli(env, "job", "stop", job, "--address", url)
+    ray_cli(env, "job", "stop", train, "--address", url)
     stopped_after = time.monotonic() - started
-    logs = ray_cli(env, "job", "logs", job, "--address", url)
-    assert "stopped" in ray_cli(env, "job", "status", job, "--address", url).lower()
-    assert logs.strip().splitlines()[-1] == "interrupted: continue with --name stopped --resume", logs[-3000:]
+    logs = ray_cli(env, "job", "logs", train, "--address", url)
+    assert exported == 1
+    assert "stopped" in ray_cli(env, "job", "status", train, "--address", url).lower()
+    assert logs.strip().splitlines()[-1] == "interrupted: continue with --name mine --resume", logs[-3000:]
     assert "Traceback" not in logs and stopped_after < 30, stopped_after
     assert not (run / claims.CLAIM).exists() and not (run / "weights").exists()
+
+    resumed = submit(url, env, *command, "--resume", working_dir=user_project)  # no hold: it trains on
+    logs = ray_cli(env, "job", "logs", resumed, "--address", url)
+    assert "succeeded" in ray_cli(env, "job", "status", resumed, "--address", url).lower(), logs[-3000:]
+    # No checkpoint before the stop (every 5 epochs and the last): the run starts again from epoch 1.
+    assert [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", logs, re.M)] == list(range(1, EPOCHS + 1))
+    assert len(logs.splitlines()) <= EPOCHS + 10, logs  # the job's log: the command's console, nothing of Ray's
+    runs = [train_run for train_run in cluster.train_runs() if train_run["name"] == "mine"]  # the Train view
+    stopped, finished = sorted(runs, key=lambda train_run: train_run["status"])
+    assert (stopped["status"], finished["status"]) == ("ABORTED", "FINISHED")
+    listing = "list actors --filter class_name=RayTrainWorker --detail --format json".split()
+    actors = json.loads(ray_cli(env, *listing, "--address", url))
+    workers = [actor for actor in actors if actor["job_id"] == finished["job_id"]]
+    assert len({actor["node_id"] for actor in workers}) == 2  # one training worker per worker node
+
+    infer = submit(url, env, "qml_ray.infer", "--run", run, working_dir=user_project)
+    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
+    assert re.search(r"^loss \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)
+    assert (run / "weights" / "_COMPLETE").is_file()
+    jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", url))
+    assert {job["type"] for job in jobs} == {"SUBMISSION"}  # no job of the script's (a client joining Ray)
     print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
 
 
