@@ -82,15 +82,14 @@ def release_reservations_of_ended_jobs() -> None:
     """Remove the placement groups left by jobs that have ended and have no actor alive, saying so
     in one line on stderr. Ray removes a job's placement groups as it ends it, but keeps for good one
     that an actor of the job asks for meanwhile (Ray Train starting a killed command's workers again,
-    say): its CPUs would stay reserved, and the next run would wait for them in vain."""
+    say): its CPUs would stay reserved, and the next run would wait for them in vain. Best effort: a
+    cluster whose state API does not answer (no dashboard), or answers in part, keeps them all."""
     from ray.util.placement_group import PlacementGroup, remove_placement_group
-    from ray.util.state import list_actors, list_jobs, list_placement_groups
 
-    here = ray.get_runtime_context().gcs_address
-    ended = {job.job_id for job in list_jobs(address=here, raise_on_missing_output=False) if job.status in ENDED}
-    ended -= {actor.job_id for actor in list_actors(address=here, filters=[("state", "!=", "DEAD")], limit=LISTED)}
-    groups = list_placement_groups(address=here, filters=[("state", "!=", "REMOVED")], limit=LISTED, detail=True)
-    left = [group for group in groups if group.creator_job_id in ended and not group.is_detached]
+    try:
+        left = reservations_of_ended_jobs(ray.get_runtime_context().gcs_address)
+    except Exception:  # the state API's errors: from its HTTP client, its address lookup, a partial answer
+        return
     for group in left:
         remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group.placement_group_id))))
     if left:
@@ -98,8 +97,21 @@ def release_reservations_of_ended_jobs() -> None:
         print(f"released {len(left)} reservation(s) of {cpus:g} CPU(s) left by ended jobs", file=sys.stderr)
 
 
+def reservations_of_ended_jobs(address: str) -> list:
+    """The placement groups (state API records) not removed nor detached, of jobs that have ended and
+    have no actor alive; an exception unless every list came whole."""
+    from ray.util.state import list_actors, list_jobs, list_placement_groups
+
+    listed = {"address": address, "limit": LISTED, "timeout": STATE_SECONDS}
+    ended = {job.job_id for job in list_jobs(**listed) if job.status in ENDED}
+    ended -= {actor.job_id for actor in list_actors(filters=[("state", "!=", "DEAD")], **listed)}
+    groups = list_placement_groups(filters=[("state", "!=", "REMOVED")], detail=True, **listed)
+    return [group for group in groups if group.creator_job_id in ended and not group.is_detached]
+
+
 ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}  # a job's status once its driver has gone
-LISTED = 10_000  # the most actors and placement groups listed (Ray's default: 100)
+LISTED = 10_000  # the most jobs, actors and placement groups listed (Ray's default: 100)
+STATE_SECONDS = 10  # the longest each list may take
 
 
 def leave() -> None:
