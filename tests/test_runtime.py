@@ -1,5 +1,6 @@
 """Thread rounds: the share of a worker's threads its steps leave idle, and the warning about it;
-a job's workers find their own cluster beside another Ray on the machine."""
+a job's workers find their own cluster beside another Ray on the machine; joining a cluster releases
+what ended jobs left reserved there."""
 
 import subprocess
 import sys
@@ -43,6 +44,15 @@ def test_one_warning_line_when_a_tenth_of_the_threads_would_idle(capsys):
     assert capsys.readouterr().err == ""
 
 
+def driver(script: str, *args: str) -> str:
+    """Run `script` (a job's driver) with `args`; its output, once it has exited with status 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], env=command_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout.strip()
+
+
 # A command's local Ray; in one of its workers, a state API call without an address (as Ray Train's
 # placement-group cleaner makes): it must answer from this Ray, whatever else runs on the machine.
 OWN_CLUSTER = """
@@ -65,10 +75,7 @@ print(ray.get(nodes_seen.remote()) == [ray.get_runtime_context().get_node_id()])
 
 def test_a_jobs_workers_ask_their_own_cluster_beside_another_ray(shared_cluster):
     """Ray alone would find both this local Ray and the shared cluster, and fail."""
-    done = subprocess.run(
-        [sys.executable, "-c", OWN_CLUSTER], env=command_env(), capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0 and done.stdout.split() == ["True"], done.stdout[-2000:] + done.stderr[-2000:]
+    assert driver(OWN_CLUSTER) == "True"
 
 
 # A job whose actor asks for a placement group every few milliseconds until Ray ends it: the ones
@@ -115,14 +122,6 @@ class Keeper:
 keeper = Keeper.options(name="keeper", namespace="test_runtime", lifetime="detached").remote()
 print(ray.get(keeper.reserve.remote()))
 """
-
-
-def driver(script: str, address: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", script, address], env=command_env(), capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip()
 
 
 def test_joining_a_cluster_releases_what_ended_jobs_left_reserved(shared_cluster, shared_ray, capfd):
