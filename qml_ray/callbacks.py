@@ -297,8 +297,9 @@ class RayReport(tf.keras.callbacks.Callback):
 class RayMetrics(tf.keras.callbacks.Callback):
     """The last epoch's row as Ray metrics (ray.util.metrics gauges, tagged with the run's name), which
     every node's metrics endpoint serves to Prometheus as ray_qml_ray_<key> and the dashboard's
-    Metrics view and Grafana chart. A thread sets them again every METRICS_REFRESH_SECONDS until
-    the training ends, as Ray forgets a gauge that is not set again within seconds."""
+    Metrics view and Grafana chart. A thread sets them again every METRICS_REFRESH_SECONDS while
+    each `fit` call runs (a streamed data set's training makes one per epoch), as Ray forgets a
+    gauge that is not set again within seconds."""
 
     def __init__(self, history: MetricsHistory, run_name: str):
         super().__init__()
@@ -308,10 +309,10 @@ class RayMetrics(tf.keras.callbacks.Callback):
         self.gauges = {
             key: Gauge(f"qml_ray_{key}", description=text, tag_keys=("run",)) for key, text in RAY_METRICS.items()
         }
-        self.ended = threading.Event()
 
     def on_train_begin(self, logs=None):
-        threading.Thread(target=self.refresh, name="ray-metrics", daemon=True).start()
+        self.ended = threading.Event()  # this fit call's own: the thread of the call before ends with its own
+        threading.Thread(target=self.refresh, args=(self.ended,), name="ray-metrics", daemon=True).start()
 
     def on_epoch_end(self, epoch, logs=None):
         self.set_latest()
@@ -319,8 +320,8 @@ class RayMetrics(tf.keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         self.ended.set()
 
-    def refresh(self):
-        while not self.ended.wait(METRICS_REFRESH_SECONDS):
+    def refresh(self, ended: threading.Event):
+        while not ended.wait(METRICS_REFRESH_SECONDS):
             self.set_latest()
 
     def set_latest(self):
