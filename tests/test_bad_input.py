@@ -409,9 +409,10 @@ def change_model_shape(run: Path) -> None:
         (change_model_shape, "error: cannot load the weights in"),
     ],
 )
-def test_infer_with_missing_corrupt_or_mismatched_weights(run_copy, damage, message):
+def test_infer_with_missing_corrupt_or_mismatched_weights(run_copy, in_process, damage, message):
+    """Found by the command before it starts Ray: run in this process."""
     damage(run_copy)
-    done = run_command("infer", "--run", run_copy)
+    done = in_process("infer", "--run", run_copy)
     assert_usage_error(done, message)
     assert not (run_copy / storage.PREDICTIONS).exists()
 

@@ -19,7 +19,8 @@ from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
-from conftest import ROOT, run_command
+from conftest import TUTORIAL, run_command
+from test_your_model import gradients_of
 
 STEP = 1e-4  # central differences: error ~STEP^2 in double precision
 
@@ -730,15 +731,16 @@ def losses(path) -> list[float]:
         return [float(row["loss"]) for row in csv.DictReader(f)]
 
 
-def test_training_with_block_and_tfq_gradients_agree(tmp_path, shared_ray):
-    """The tutorial's model on 2 workers, MultiWorkerMirroredStrategy on Ray Train, the same seed:
-    the same losses."""
-    for name in ("block", "tfq"):
-        options = ("--workers", 2, "--epochs", EPOCHS, "--differentiator", name, "--storage", tmp_path, "--name", name)
-        options += ("--address", shared_ray)
-        done = run_command("train", "--config", ROOT / "configs" / "tutorial.yaml", *options)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    block, tfq_losses = losses(tmp_path / "block"), losses(tmp_path / "tfq")
+def test_training_with_block_and_tfq_gradients_agree(trained_run, tmp_path, shared_ray):
+    """The tutorial's model on 2 workers, MultiWorkerMirroredStrategy on Ray Train, the same seed: the
+    same losses, epoch by epoch, with TFQ's gradient as with the block gradient (the session's
+    tutorial run, conftest.trained_run)."""
+    options = ("--workers", 2, "--epochs", EPOCHS, "--differentiator", "tfq", "--storage", tmp_path, "--name", "tfq")
+    done = run_command("train", "--config", TUTORIAL, *options, "--address", shared_ray)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert gradients_of(trained_run.path) == [("qcnn", "BlockAdjoint")]
+    assert gradients_of(tmp_path / "tfq") != gradients_of(trained_run.path)
+    block, tfq_losses = losses(trained_run.path)[:EPOCHS], losses(tmp_path / "tfq")
     assert len(block) == len(tfq_losses) == EPOCHS
     assert block[-1] < block[0]  # it learns
     np.testing.assert_allclose(block, tfq_losses, atol=1e-3, rtol=0)

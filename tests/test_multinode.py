@@ -2,25 +2,29 @@
 machine (scripts/local_cluster.sh): a head that runs no work and two worker nodes of one CPU each,
 like the RayCluster on GKE."""
 
+import hashlib
 import json
-import os
 import re
 import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
-from qml_ray import claims, config as config_lib
+from qml_ray import claims, config as config_lib, datasets, storage
 
-from conftest import ray_cli, submit
+from conftest import FILES, ray_cli, submit
 from holds import HOLD, HOLD_ENV
-from test_sweep import EPOCHS as TRIAL_EPOCHS, SMALL
+from test_your_model import gradients_of
 
 pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
 
 EPOCHS = 3  # the training is held after the first until its exported epoch gauge is scraped
+SEED = 5  # the user's model's run: which rows are held out for validation
+TEST_FRACTION = 0.25
 GAUGE_SECONDS = 5  # more than Ray keeps a gauge not set again: 2 export intervals of 1 s (conftest.cluster)
 
 
@@ -48,18 +52,23 @@ def wait_until_held(hold: Path, url: str, env: dict, job: str) -> None:
         time.sleep(0.5)
 
 
-def test_a_users_model_trains_as_a_job_is_stopped_resumed_and_inferred(cluster, user_project, tmp_path):
+def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred(cluster, user_project, tmp_path):
     """The user's module and data are in the job's working folder only: the driver, every worker
-    and every Ray Data task find them there. While it trains, its epoch gauge is exported. Then
-    `ray job stop` (SIGTERM to the job's driver, as a RayJob's deletion sends) stops it within
-    seconds, its log ending with how to continue, the run free for --resume and nothing in it
-    complete; run again with --resume, the job finishes it."""
+    and every Ray Data task find them there. Streamed by Ray Data (as a data set too large to keep
+    would be), each worker trains on a shard of its own, and its epoch gauge is exported. Then `ray
+    job stop` (SIGTERM to the job's driver, as a RayJob's deletion sends) stops it within seconds,
+    its log ending with how to continue, the run free for --resume and nothing in it complete. Run
+    again with --resume and the data kept in memory (a flag wins on resume), each worker reads its
+    shard once and trains on it every epoch in another order; then the run's held-out rows are inferred."""
     url, env = cluster.url, cluster.env
-    hold, run = tmp_path / "hold", tmp_path / "mine"
+    hold, run, notes = tmp_path / "hold", tmp_path / "mine", tmp_path / "notes"
     hold.write_text("1")
-    options = ("--model", "mymodel:build", "--data", "data", "--workers", 2, "--epochs", EPOCHS, *HOLD)
+    notes.mkdir()
+    options = ("--model", "mymodel:build", "--data", "data", "--workers", 2, "--epochs", EPOCHS, "--batch-size", 8)
+    options += ("--seed", SEED, "--test-fraction", TEST_FRACTION, "--param", f"notes={notes}", *HOLD)
     command = ("qml_ray.train", *options, "--storage", tmp_path, "--name", "mine")
-    train = submit(url, env, *command, wait=False, working_dir=user_project, env_vars={HOLD_ENV: str(hold)})
+    streamed = (*command, "--data-in-memory-mb", 0)
+    train = submit(url, env, *streamed, wait=False, working_dir=user_project, env_vars={HOLD_ENV: str(hold)})
     wait_until_held(hold, url, env, train)  # held in epoch 2: rank 0 set the gauges at epoch 1's end
     time.sleep(GAUGE_SECONDS)  # without a refresh, Ray's agent would have dropped them by now
     exported = scraped_epoch(cluster, "mine")  # ray_qml_ray_epoch{run="mine"} while it trains
@@ -73,12 +82,32 @@ def test_a_users_model_trains_as_a_job_is_stopped_resumed_and_inferred(cluster, 
     assert "Traceback" not in logs and stopped_after < 30, stopped_after
     assert not (run / claims.CLAIM).exists() and not (run / "weights").exists()
 
-    resumed = submit(url, env, *command, "--resume", working_dir=user_project)  # no hold: it trains on
+    # Epoch 1, streamed: disjoint shards of one size, together every training row (but the last
+    # rows % 2), and never the whole data set.
+    rows = pq.read_table(user_project / "data").to_pandas()
+    held_out = datasets.held_out(rows["circuit"], SEED, TEST_FRACTION)
+    training = {circuit_hash(circuit) for circuit in rows["circuit"][~held_out]}
+    per_worker = len(training) // 2
+    shards = [noted(notes, rank) for rank in (0, 1)]
+    assert [len(shard) for shard in shards] == [per_worker, per_worker]
+    assert not set(shards[0]) & set(shards[1]) and set(shards[0]) | set(shards[1]) <= training
+    recorded = datasets.read_manifest(str(run))
+    assert len(recorded["train"]) == FILES and recorded["rows"]["train"] == len(training)
+    assert recorded["held_out"] == {"seed": SEED, "test_fraction": TEST_FRACTION}
+
+    resumed = submit(url, env, *command, "--resume", "--data-in-memory-mb", 1, working_dir=user_project)  # no hold
     logs = ray_cli(env, "job", "logs", resumed, "--address", url)
     assert "succeeded" in ray_cli(env, "job", "status", resumed, "--address", url).lower(), logs[-3000:]
     # No checkpoint before the stop (every 5 epochs and the last): the run starts again from epoch 1.
     assert [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", logs, re.M)] == list(range(1, EPOCHS + 1))
     assert len(logs.splitlines()) <= EPOCHS + 10, logs  # the job's log: the command's console, nothing of Ray's
+    history = pd.read_csv(run / storage.HISTORY)
+    assert list(history["epoch"]) == [1, 2, 3] and history["loss"].iloc[-1] < history["loss"].iloc[0]
+    kept = [noted(notes, rank)[per_worker:] for rank in (0, 1)]  # each rank's epochs 1 to 3 in memory
+    epochs = [[shard[e * per_worker : (e + 1) * per_worker] for e in range(EPOCHS)] for shard in kept]
+    for shard in epochs:
+        assert len(shard[-1]) == per_worker and all(set(e) == set(shard[0]) and e != shard[0] for e in shard[1:])
+    assert not set(epochs[0][0]) & set(epochs[1][0]) and set(epochs[0][0]) | set(epochs[1][0]) <= training
     runs = [train_run for train_run in cluster.train_runs() if train_run["name"] == "mine"]  # the Train view
     stopped, finished = sorted(runs, key=lambda train_run: train_run["status"])
     assert (stopped["status"], finished["status"]) == ("ABORTED", "FINISHED")
@@ -87,41 +116,62 @@ def test_a_users_model_trains_as_a_job_is_stopped_resumed_and_inferred(cluster, 
     workers = [actor for actor in actors if actor["job_id"] == finished["job_id"]]
     assert len({actor["node_id"] for actor in workers}) == 2  # one training worker per worker node
 
-    infer = submit(url, env, "qml_ray.infer", "--run", run, working_dir=user_project)
+    infer = submit(url, env, "qml_ray.infer", "--run", run, working_dir=user_project)  # the held-out rows
     assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
     assert re.search(r"^loss \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)
-    assert (run / "weights" / "_COMPLETE").is_file()
+    [out] = (run / storage.PREDICTIONS).iterdir()
+    predicted = pq.read_table(out).to_pandas()
+    assert sorted(predicted["id"]) == sorted(rows["id"][held_out])
+    assert predicted["prediction"].dtype == np.float32 and predicted["prediction"].notna().all()
     jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", url))
     assert {job["type"] for job in jobs} == {"SUBMISSION"}  # no job of the script's (a client joining Ray)
     print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
 
 
-TRIALS = {f"learning_rate={rate}-seed=7": (rate, 7) for rate in (0.05, 0.1)}  # the sweep job's
-RUN_FILES = {"config.yaml", "data/train.parquet", "data/test.parquet", "metrics.csv", "weights/_COMPLETE"}
+def circuit_hash(circuit: bytes) -> str:
+    return hashlib.sha1(circuit).hexdigest()
+
+
+def noted(notes: Path, rank: int) -> list[str]:
+    """The circuits rank `rank` trained on, in order (the user's module notes them: conftest.MODULE)."""
+    return (notes / f"rank-{rank}.txt").read_text().split()
+
+
+TRIALS = {f"param.readout_layers={layers}-seed=0": layers for layers in (1, 2)}  # the sweep job's
+TRIAL_EPOCHS = 4  # checkpoints at epochs 2 and 4
+RUN_FILES = {"config.yaml", "data.json", "metrics.csv", "gradients.json", "weights/_COMPLETE"}
 
 
 def trial_folders(sweep: Path) -> list[Path]:
     return sorted(p for p in sweep.iterdir() if p.is_dir() and "=" in p.name)
 
 
-def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):
-    """2 trials (2 learning rates) of one 1-CPU worker each on 2 one-CPU nodes, side by side."""
+def test_sweep_job_over_a_users_model_on_the_multi_node_cluster(cluster, tmp_path):
+    """Ray Tune trials of the regression example, one per value of one of its own parameters, of one
+    1-CPU worker each on 2 one-CPU nodes, side by side; then the best trial's weights inferred."""
+    from examples import regression
+
     url, env = cluster.url, cluster.env
-    options = ("--grid", "learning_rate=0.05,0.1", "--storage", tmp_path, "--name", "lr")
-    job = submit(url, env, "qml_ray.sweep", *SMALL, *options)
+    regression.make_data(str(tmp_path / "data"))
+    options = ("--model", "examples.regression:regressor", "--data", tmp_path / "data", "--workers", 1)
+    options += ("--epochs", TRIAL_EPOCHS, "--batch-size", 16, "--checkpoint-every", 2)
+    grid = ("--grid", "param.readout_layers=1,2", "--storage", tmp_path, "--name", "layers")
+    job = submit(url, env, "qml_ray.sweep", *options, *grid)
     assert "succeeded" in ray_cli(env, "job", "status", job, "--address", url).lower()
     logs = ray_cli(env, "job", "logs", job, "--address", url)
 
-    sweep = tmp_path / "lr"
+    sweep = tmp_path / "layers"
     runs = trial_folders(sweep)
     assert [run.name for run in runs] == list(TRIALS)
     for run in runs:
         assert {p.relative_to(run).as_posix() for p in run.rglob("*")} >= RUN_FILES, run
         assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-00002", "epoch-00004"]
-        assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, TRIAL_EPOCHS + 1))
+        history = pd.read_csv(run / "metrics.csv")
+        assert history["epoch"].tolist() == list(range(1, TRIAL_EPOCHS + 1)) and "val_mae" in history
+        assert history["loss"].iloc[-1] < history["loss"].iloc[0]
+        assert gradients_of(run) == [("pqc", "BlockAdjoint")]
         config = config_lib.of_run(str(run))
-        assert (config.learning_rate, config.seed) == TRIALS[run.name]
-    assert os.path.samefile(runs[0] / "data/test.parquet", runs[1] / "data/test.parquet")  # one seed, one data set
+        assert (config.model, config.params["readout_layers"]) == ("examples.regression:regressor", TRIALS[run.name])
 
     # side by side: some trial's Ray Train run started before another's ended (as the dashboard shows them)
     spans = sorted((run["start_time_ns"], run["end_time_ns"]) for run in cluster.train_runs() if run["name"] in TRIALS)
@@ -140,5 +190,6 @@ def test_sweep_job_on_the_multi_node_cluster(cluster, tmp_path):
     assert f"best trial (val_loss {best['best_val_loss']:.4f}): {best['run']}" in logs
     assert "epoch 1/4" not in logs  # the trainings' epoch lines stay in Ray's logs
 
-    infer = submit(url, env, "qml_ray.infer", "--run", best["run"])
+    infer = submit(url, env, "qml_ray.infer", "--run", best["run"], "--data", tmp_path / "data")
     assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
+    assert re.search(r"^loss \d\.\d+  mae \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
 
 EPOCHS, CHECKPOINT_EVERY = 8, 3
 WAIT = 10  # --capacity-timeout of the run whose capacity is lost for good: seconds its replacement is waited for
+LOST_AFTER = 7  # the epochs that run trains before its node is lost
 # The ray CLI's listing of the training workers alive.
 ALIVE_TRAINING_WORKERS = "list actors --filter class_name=RayTrainWorker --filter state=ALIVE --detail --format json"
 
@@ -112,36 +113,16 @@ def follow(cluster, job: str) -> str:
     return ray_cli(cluster.env, "job", "logs", job, "--address", cluster.url, "--follow")
 
 
-def assert_every_epoch_once(run: Path) -> None:
-    """metrics.csv and the TensorBoard logs hold each epoch exactly once, in order."""
-    assert epochs(run) == list(range(1, EPOCHS + 1))
+def assert_every_epoch_once(run: Path, last: int = EPOCHS) -> None:
+    """metrics.csv and the TensorBoard logs hold each epoch to `last` exactly once, in order."""
+    assert epochs(run) == list(range(1, last + 1))
     steps = [
         event.step
         for file in sorted((run / "tensorboard").glob("events.out.tfevents.*"))
         for event in EventFileLoader(str(file)).Load()
         if any(value.tag == "loss" for value in event.summary.value)
     ]
-    assert sorted(steps) == list(range(1, EPOCHS + 1))
-    assert (run / "weights" / "_COMPLETE").is_file()
-
-
-def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint(cluster, tmp_path):
-    run, command, hold = tmp_path / "driver-lost", train_command(tmp_path, "driver-lost"), tmp_path / "hold"
-    first = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(5, hold))
-    training_worker_raylets(cluster)
-    last_before = wait_for_epoch(run, 5)
-    os.kill(driver_pid("driver-lost"), signal.SIGKILL)
-    hold.unlink()
-    assert "yet: starting it" in follow(cluster, first)  # --resume started the new run
-    assert "failed" in job_status(cluster, first)
-
-    second = submit(cluster.url, cluster.env, *command)  # the same command again, as a RayJob retry runs it
-    logs = follow(cluster, second)
-    [epochs] = epochs_by_attempt(logs)
-    checkpoint = epochs[0] - 1
-    assert checkpoint % CHECKPOINT_EVERY == 0 and last_before - CHECKPOINT_EVERY <= checkpoint <= last_before
-    assert epochs == list(range(checkpoint + 1, EPOCHS + 1))
-    assert_every_epoch_once(run)
+    assert sorted(steps) == list(range(1, last + 1))
 
 
 def driver_pid(name: str) -> int:
@@ -207,6 +188,7 @@ def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_witho
     assert (drained, resumed[0], checkpoint, last_before) == ([1, 2], 3, CHECKPOINT_EVERY, 4), logs[-3000:]
     assert after_loss == list(range(checkpoint + 1, EPOCHS + 1))
     assert_every_epoch_once(run)
+    assert (run / "weights" / "_COMPLETE").is_file()
     # Adam counts the steps it took. Restored from each checkpoint, it ends at exactly one count per
     # step of the run: the restarts neither repeated a drained epoch's first steps nor skipped any.
     weights = tf.train.load_checkpoint(str(run / "weights" / storage.WEIGHTS_PREFIX))
@@ -237,19 +219,37 @@ def drain(cluster, node: str) -> None:
     )
 
 
-def test_capacity_lost_for_good_fails_clearly_after_the_wait(cluster, tmp_path):
-    hold, command = tmp_path / "hold", (*train_command(tmp_path, "capacity-lost"), "--capacity-timeout", WAIT)
-    job = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(2, hold))
+def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fails_clearly_without_capacity(
+    cluster, tmp_path
+):
+    """The driver killed (its pod lost): the same command again, as a RayJob's retry runs it, resumes from
+    the last checkpoint. Then a worker node is lost for good: after --capacity-timeout, the job fails
+    with one line that says why and how to continue."""
+    run, hold = tmp_path / "driver-lost", tmp_path / "hold"
+    command = (*train_command(tmp_path, "driver-lost"), "--capacity-timeout", WAIT)
+    first = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(5, hold))
+    training_worker_raylets(cluster)
+    last_before = wait_for_epoch(run, 5)
+    os.kill(driver_pid("driver-lost"), signal.SIGKILL)
+    assert "yet: starting it" in follow(cluster, first)  # --resume started the new run
+    assert "failed" in job_status(cluster, first)
+
+    second = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(LOST_AFTER, hold))
     raylet = training_worker_raylets(cluster)[0]
-    wait_for_epoch(tmp_path / "capacity-lost", 2)
+    wait_for_epoch(run, LOST_AFTER)
     os.kill(raylet, signal.SIGKILL)  # and no replacement comes
     killed = time.monotonic()
     hold.unlink()
-    logs = follow(cluster, job)
+    logs = follow(cluster, second)
     waited = time.monotonic() - killed
 
-    assert "failed" in job_status(cluster, job)
+    [epochs] = epochs_by_attempt(logs)
+    checkpoint = epochs[0] - 1
+    assert checkpoint % CHECKPOINT_EVERY == 0 and last_before - CHECKPOINT_EVERY <= checkpoint <= last_before
+    assert epochs == list(range(checkpoint + 1, LOST_AFTER + 1))
+    assert_every_epoch_once(run, LOST_AFTER)
+    assert "failed" in job_status(cluster, second)
     assert f"error: training failed: the cluster could not place all 2 workers (1 CPU(s) each) within {WAIT} s" in logs
-    assert "continue with --name capacity-lost --resume" in logs
+    assert "continue with --name driver-lost --resume" in logs
     assert WAIT <= waited < WAIT + 120, waited  # the wait asked for, plus detecting the loss and stopping
     print(f"\ncapacity lost for good: the job failed {waited:.0f} s after the node's raylet was killed")

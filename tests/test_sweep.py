@@ -90,12 +90,19 @@ def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
         (["--seeds", "0"], "error: --seeds must be at least 1"),
         (["--grid", "seed=1,2", "--seeds", "2"], "error: give seeds with --seeds or with --grid seed=..., not both"),
         (["--early-stop", "speed"], "error: argument --early-stop: invalid choice: 'speed'"),
-        (["--cpus-per-worker", str(CPUS + 1)], "not 2 worker(s) for one trial: lower --workers or --cpus-per-worker"),
     ],
 )
-def test_bad_sweeps(tmp_path, args, message):
-    done = run_command("sweep", "--config", SMOKE, "--storage", tmp_path / "runs", *args)
+def test_bad_sweeps(tmp_path, in_process, args, message):
+    """Found before the sweep joins Ray: run in this process."""
+    done = in_process("sweep", "--config", SMOKE, "--storage", tmp_path / "runs", *args)
     assert_usage_error(done, message)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_trial_larger_than_the_cluster_is_refused(tmp_path, shared_ray):
+    options = ("--cpus-per-worker", CPUS + 1, "--storage", tmp_path / "runs", "--address", shared_ray)
+    done = run_command("sweep", "--config", SMOKE, *options)
+    assert_usage_error(done, "not 2 worker(s) for one trial: lower --workers or --cpus-per-worker")
     assert not (tmp_path / "runs").exists()
 
 
