@@ -40,15 +40,12 @@ def scraped_epoch(cluster, run: str) -> float | None:
     return None
 
 
-def ended(url: str, env: dict, job: str) -> bool:
-    return bool(re.search(r"SUCCEEDED|FAILED|STOPPED", ray_cli(env, "job", "status", job, "--address", url)))
-
-
-def wait_until_held(hold: Path, url: str, env: dict, job: str) -> None:
+def wait_until_held(hold: Path, cluster, job: str) -> None:
     """Until the job's training waits at a step for `hold` to go (tests/holds.py)."""
     deadline = time.monotonic() + 300
     while not Path(f"{hold}.held").exists():
-        assert time.monotonic() < deadline and not ended(url, env, job), "the training was never held"
+        ended = cluster.job_status(job) in ("SUCCEEDED", "FAILED", "STOPPED")
+        assert time.monotonic() < deadline and not ended, "the training was never held"
         time.sleep(0.5)
 
 
@@ -69,7 +66,7 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     command = ("qml_ray.train", *options, "--storage", tmp_path, "--name", "mine")
     streamed = (*command, "--data-in-memory-mb", 0)
     train = submit(url, env, *streamed, wait=False, working_dir=user_project, env_vars={HOLD_ENV: str(hold)})
-    wait_until_held(hold, url, env, train)  # held in epoch 2: rank 0 set the gauges at epoch 1's end
+    wait_until_held(hold, cluster, train)  # held in epoch 2: rank 0 set the gauges at epoch 1's end
     time.sleep(GAUGE_SECONDS)  # without a refresh, Ray's agent would have dropped them by now
     exported = scraped_epoch(cluster, "mine")  # ray_qml_ray_epoch{run="mine"} while it trains
     started = time.monotonic()
@@ -77,7 +74,7 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     stopped_after = time.monotonic() - started
     logs = ray_cli(env, "job", "logs", train, "--address", url)
     assert exported == 1
-    assert "stopped" in ray_cli(env, "job", "status", train, "--address", url).lower()
+    assert cluster.job_status(train) == "STOPPED"
     assert logs.strip().splitlines()[-1] == "interrupted: continue with --name mine --resume", logs[-3000:]
     assert "Traceback" not in logs and stopped_after < 30, stopped_after
     assert not (run / claims.CLAIM).exists() and not (run / "weights").exists()
@@ -97,7 +94,7 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
 
     resumed = submit(url, env, *command, "--resume", "--data-in-memory-mb", 1, working_dir=user_project)  # no hold
     logs = ray_cli(env, "job", "logs", resumed, "--address", url)
-    assert "succeeded" in ray_cli(env, "job", "status", resumed, "--address", url).lower(), logs[-3000:]
+    assert cluster.job_status(resumed) == "SUCCEEDED", logs[-3000:]
     # No checkpoint before the stop (every 5 epochs and the last): the run starts again from epoch 1.
     assert [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", logs, re.M)] == list(range(1, EPOCHS + 1))
     assert len(logs.splitlines()) <= EPOCHS + 10, logs  # the job's log: the command's console, nothing of Ray's
@@ -111,13 +108,11 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     runs = [train_run for train_run in cluster.train_runs() if train_run["name"] == "mine"]  # the Train view
     stopped, finished = sorted(runs, key=lambda train_run: train_run["status"])
     assert (stopped["status"], finished["status"]) == ("ABORTED", "FINISHED")
-    listing = "list actors --filter class_name=RayTrainWorker --detail --format json".split()
-    actors = json.loads(ray_cli(env, *listing, "--address", url))
-    workers = [actor for actor in actors if actor["job_id"] == finished["job_id"]]
+    workers = cluster.listed("actors", class_name="RayTrainWorker", job_id=finished["job_id"])
     assert len({actor["node_id"] for actor in workers}) == 2  # one training worker per worker node
 
     infer = submit(url, env, "qml_ray.infer", "--run", run, working_dir=user_project)  # the held-out rows
-    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
+    assert cluster.job_status(infer) == "SUCCEEDED"
     assert re.search(r"^loss \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)
     [out] = (run / storage.PREDICTIONS).iterdir()
     predicted = pq.read_table(out).to_pandas()
@@ -157,7 +152,7 @@ def test_sweep_job_over_a_users_model_on_the_multi_node_cluster(cluster, tmp_pat
     options += ("--epochs", TRIAL_EPOCHS, "--batch-size", 16, "--checkpoint-every", 2)
     grid = ("--grid", "param.readout_layers=1,2", "--storage", tmp_path, "--name", "layers")
     job = submit(url, env, "qml_ray.sweep", *options, *grid)
-    assert "succeeded" in ray_cli(env, "job", "status", job, "--address", url).lower()
+    assert cluster.job_status(job) == "SUCCEEDED"
     logs = ray_cli(env, "job", "logs", job, "--address", url)
 
     sweep = tmp_path / "layers"
@@ -191,5 +186,5 @@ def test_sweep_job_over_a_users_model_on_the_multi_node_cluster(cluster, tmp_pat
     assert "epoch 1/4" not in logs  # the trainings' epoch lines stay in Ray's logs
 
     infer = submit(url, env, "qml_ray.infer", "--run", best["run"], "--data", tmp_path / "data")
-    assert "succeeded" in ray_cli(env, "job", "status", infer, "--address", url).lower()
+    assert cluster.job_status(infer) == "SUCCEEDED"
     assert re.search(r"^loss \d\.\d+  mae \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)

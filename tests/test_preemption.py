@@ -7,7 +7,6 @@ during training however fast the machine is; each test starts on two live worker
 the one before it left (conftest.cluster)."""
 
 import csv
-import json
 import math
 import os
 import re
@@ -30,8 +29,6 @@ pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
 EPOCHS, CHECKPOINT_EVERY = 8, 3
 WAIT = 10  # --capacity-timeout of the run whose capacity is lost for good: seconds its replacement is waited for
 LOST_AFTER = 7  # the epochs that run trains before its node is lost
-# The ray CLI's listing of the training workers alive.
-ALIVE_TRAINING_WORKERS = "list actors --filter class_name=RayTrainWorker --filter state=ALIVE --detail --format json"
 
 
 def train_command(storage: Path, name: str, checkpoint_every: int = CHECKPOINT_EVERY, model: tuple = ()) -> tuple:
@@ -77,13 +74,19 @@ def training_worker_nodes(cluster) -> list[tuple[str, int]]:
     has gone with it: the workers are asked for again until both are their raylets' children."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        listed = ray_cli(cluster.env, *ALIVE_TRAINING_WORKERS.split(), "--address", cluster.url)
-        actors = json.loads(listed) if listed.lstrip().startswith("[") else []  # or "No resource in the cluster"
+        actors = cluster.listed("actors", class_name="RayTrainWorker", state="ALIVE")
         nodes = [(actor["node_id"], parent_pid(actor["pid"])) for actor in actors]
         if len(nodes) == 2 and all(pid and "raylet" in Path(f"/proc/{pid}/cmdline").read_text() for _, pid in nodes):
             return nodes
         time.sleep(1)
     raise AssertionError("the two training workers did not start, as their raylets' children, within 300 s")
+
+
+def wait_until_no_training_workers(cluster, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while cluster.listed("actors", class_name="RayTrainWorker", state="ALIVE"):
+        assert time.monotonic() < deadline, f"training workers still alive after {timeout} s"
+        time.sleep(0.5)
 
 
 def training_worker_raylets(cluster) -> list[int]:
@@ -102,10 +105,6 @@ def epochs_by_attempt(logs: str) -> list[list[int]]:
     attempts = re.split(r"^(?:continuing from the checkpoint of epoch \d+|resuming epoch .*)$", logs, flags=re.M)
     epochs = [[int(epoch) for epoch in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", part, re.M)] for part in attempts]
     return [attempt for attempt in epochs if attempt]
-
-
-def job_status(cluster, job: str) -> str:
-    return ray_cli(cluster.env, "job", "status", job, "--address", cluster.url).lower()
 
 
 def follow(cluster, job: str) -> str:
@@ -178,7 +177,7 @@ def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_witho
     hold.unlink()
     cluster.script("add", "1")
     logs = follow(cluster, job)
-    assert "succeeded" in job_status(cluster, job), logs[-3000:]
+    assert cluster.job_status(job) == "SUCCEEDED", logs[-3000:]
 
     assert (epoch, step) == (2, 1)  # the step it was held at
     steps = math.ceil(datasets.read_manifest(str(run))["rows"]["train"] // 2 / 16)  # per epoch: 2 workers, 16 a batch
@@ -232,7 +231,8 @@ def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fail
     last_before = wait_for_epoch(run, 5)
     os.kill(driver_pid("driver-lost"), signal.SIGKILL)
     assert "yet: starting it" in follow(cluster, first)  # --resume started the new run
-    assert "failed" in job_status(cluster, first)
+    assert cluster.job_status(first) == "FAILED"
+    wait_until_no_training_workers(cluster)  # the first job's, which Ray stops as the job ends
 
     second = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(LOST_AFTER, hold))
     raylet = training_worker_raylets(cluster)[0]
@@ -246,9 +246,9 @@ def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fail
     [epochs] = epochs_by_attempt(logs)
     checkpoint = epochs[0] - 1
     assert checkpoint % CHECKPOINT_EVERY == 0 and last_before - CHECKPOINT_EVERY <= checkpoint <= last_before
-    assert epochs == list(range(checkpoint + 1, LOST_AFTER + 1))
+    assert epochs == list(range(checkpoint + 1, LOST_AFTER + 1)), logs[-3000:]
     assert_every_epoch_once(run, LOST_AFTER)
-    assert "failed" in job_status(cluster, second)
+    assert cluster.job_status(second) == "FAILED"
     assert f"error: training failed: the cluster could not place all 2 workers (1 CPU(s) each) within {WAIT} s" in logs
     assert "continue with --name driver-lost --resume" in logs
     assert WAIT <= waited < WAIT + 120, waited  # the wait asked for, plus detecting the loss and stopping
