@@ -29,6 +29,7 @@ AMPLITUDE_BYTES = 8
 # The block method's forward keeps more final states than one per thread while they fit this many
 # bytes per thread: a step's batch then needs no circuit simulated again (BENCHMARKS section 4).
 KEPT_BYTES_PER_THREAD = 256 * 2**20
+REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own wait for lost workers' replacements (capacity_timeout 0)
 
 
 def _not_a_bool(value):
@@ -111,8 +112,8 @@ class Config(pydantic.BaseModel):
     max_failures: Whole = _key(3, "times Ray Train restarts the workers from the last checkpoint after a failure", ge=0)
     capacity_timeout: Whole = _key(
         0,
-        "seconds to wait for the cluster to grow to the workers (autoscaling), at the start and after "
-        "losing workers; 0: fail at once at the start, wait 60 s for lost workers' replacements",
+        "seconds to wait for the cluster to grow to the workers (autoscaling), at the start and after losing "
+        f"workers; 0: fail at once at the start, wait {REPLACEMENT_WAIT_SECONDS} s for lost workers' replacements",
         ge=0,
     )
     storage: str = _key("runs", "where the run folders live: a local folder or gs://BUCKET/PREFIX")

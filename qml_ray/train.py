@@ -23,7 +23,6 @@ from qml_ray.worker_setup import TRAINING_WORKER_ENV
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 TRAIN_METRICS_ENV = "RAY_TRAIN_METRICS_ENABLED"
-DEFAULT_REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own default wait for a worker group to start
 # Keys that define a run's data set and model: a resumed run must keep them.
 FIXED_ON_RESUME = (
     "model",
@@ -125,7 +124,7 @@ def published_epochs(run: str) -> int:
 def replacement_wait(config: config_lib.Config) -> float:
     """Seconds Ray Train waits, after losing workers, for the cluster to place them all again:
     `capacity_timeout`, or Ray Train's default when that is 0 (which fails at once only at the start)."""
-    return config.capacity_timeout or DEFAULT_REPLACEMENT_WAIT_SECONDS
+    return config.capacity_timeout or config_lib.REPLACEMENT_WAIT_SECONDS
 
 
 @dataclass(frozen=True)

@@ -82,4 +82,4 @@ def test_an_interrupted_write_of_predictions_leaves_no_folder(tmp_path):
 
 def test_lost_workers_are_waited_for_as_long_as_capacity_timeout_says_or_60_s():
     assert train.replacement_wait(SMALL.replace(capacity_timeout=10)) == 10
-    assert train.replacement_wait(SMALL) == train.DEFAULT_REPLACEMENT_WAIT_SECONDS == 60  # 0: fail at once at the start
+    assert train.replacement_wait(SMALL) == config_lib.REPLACEMENT_WAIT_SECONDS == 60  # 0: fail at once at the start
