@@ -117,9 +117,13 @@ STATE_SECONDS = 10  # the longest each list may take
 def leave() -> None:
     """End a command whose work is done. A local Ray it started is handed to the reaper, as on an
     interrupt, and the command exits at once: ray.shutdown would wait 2-3 s here for its processes
-    to stop, before the prompt comes back. On a cluster, the command returns to exit as usual."""
+    to stop, before the prompt comes back. On a cluster, it releases what ended jobs left reserved
+    while it ran (a job killed meanwhile, whose actors asked for placement groups as they went), then
+    returns to exit as usual."""
     if _local_ray:
         interrupts.exit_now(0)
+    if ray.is_initialized():
+        release_reservations_of_ended_jobs()
 
 
 def quiet_ray_data(verbose: bool) -> None:

@@ -321,6 +321,7 @@ def main(argv=None) -> None:
     with claims.claimed(sweep, "sweep") as found:
         interrupts.say_on_interrupt(f"continue with --name {posixpath.basename(sweep)} --resume")
         run_sweep(args, sweep, trials, found)
+    runtime.leave()
 
 
 def run_sweep(args, sweep: str, trials: list[Trial], found: bool) -> None:
