@@ -109,12 +109,20 @@ def in_process(capfd, monkeypatch):
             os.environ.clear()
             os.environ.update(environ)
             for name in set(sys.modules) - modules:
-                if str(getattr(sys.modules[name], "__file__", "")).startswith(str(cwd)):
+                if users_module(name, sys.modules[name], cwd):
                     del sys.modules[name]
         out, err = capfd.readouterr()
         return Done(status, out, err)
 
     return run
+
+
+def users_module(name: str, module, folder: Path) -> bool:
+    """Whether `module` was imported from `folder` as the user's (`folder` first on sys.path), and not
+    the package's own (its kernel loads once a process) nor an installed one (a .venv inside `folder`)."""
+    top = name.partition(".")[0]
+    file = str(getattr(module, "__file__", None) or "")
+    return top != "qml_ray" and (file == str(folder / f"{top}.py") or file.startswith(str(folder / top) + os.sep))
 
 
 def free_port() -> int:
