@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from qml_ray import claims, config as config_lib, datasets, storage
+from qml_ray.runtime import ENDED
 
 from conftest import FILES, ray_cli, submit
 from holds import HOLD, HOLD_ENV
@@ -44,8 +45,7 @@ def wait_until_held(hold: Path, cluster, job: str) -> None:
     """Until the job's training waits at a step for `hold` to go (tests/holds.py)."""
     deadline = time.monotonic() + 300
     while not Path(f"{hold}.held").exists():
-        ended = cluster.job_status(job) in ("SUCCEEDED", "FAILED", "STOPPED")
-        assert time.monotonic() < deadline and not ended, "the training was never held"
+        assert time.monotonic() < deadline and cluster.job_status(job) not in ENDED, "the training was never held"
         time.sleep(0.5)
 
 

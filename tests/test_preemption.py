@@ -74,17 +74,20 @@ def training_worker_nodes(cluster) -> list[tuple[str, int]]:
     has gone with it: the workers are asked for again until both are their raylets' children."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        actors = cluster.listed("actors", class_name="RayTrainWorker", state="ALIVE")
-        nodes = [(actor["node_id"], parent_pid(actor["pid"])) for actor in actors]
+        nodes = [(actor["node_id"], parent_pid(actor["pid"])) for actor in alive_training_workers(cluster)]
         if len(nodes) == 2 and all(pid and "raylet" in Path(f"/proc/{pid}/cmdline").read_text() for _, pid in nodes):
             return nodes
         time.sleep(1)
     raise AssertionError("the two training workers did not start, as their raylets' children, within 300 s")
 
 
+def alive_training_workers(cluster) -> list[dict]:
+    return cluster.listed("actors", class_name="RayTrainWorker", state="ALIVE")
+
+
 def wait_until_no_training_workers(cluster, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
-    while cluster.listed("actors", class_name="RayTrainWorker", state="ALIVE"):
+    while alive_training_workers(cluster):
         assert time.monotonic() < deadline, f"training workers still alive after {timeout} s"
         time.sleep(0.5)
 
@@ -181,7 +184,7 @@ def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_witho
 
     assert (epoch, step) == (2, 1)  # the step it was held at
     steps = math.ceil(datasets.read_manifest(str(run))["rows"]["train"] // 2 / 16)  # per epoch: 2 workers, 16 a batch
-    assert f"resuming epoch {epoch + 1} at step {step + 1} of {steps} (a node drained)" in logs
+    assert f"resuming epoch {epoch + 1} at step {step + 1} of {steps} (a node drained)" in logs, logs[-3000:]
     drained, resumed, after_loss = epochs_by_attempt(logs)
     checkpoint = after_loss[0] - 1
     assert (drained, resumed[0], checkpoint, last_before) == ([1, 2], 3, CHECKPOINT_EVERY, 4), logs[-3000:]
