@@ -6,6 +6,7 @@ Each fault comes while the training is held at a step (tests/holds.py), so it ce
 during training however fast the machine is; each test starts on two live worker nodes, whatever
 the one before it left (conftest.cluster)."""
 
+import contextlib
 import csv
 import math
 import os
@@ -19,8 +20,9 @@ import tensorflow as tf
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from qml_ray import datasets, storage
+from qml_ray.runtime import ENDED
 
-from conftest import SMOKE, proc_stat, ray_cli, submit
+from conftest import SMOKE, proc_stat, ray_cli, session_processes, submit
 from holds import HOLD, HOLD_ENV
 from test_your_model import gradients_of
 
@@ -96,6 +98,20 @@ def training_worker_raylets(cluster) -> list[int]:
     return [raylet for _, raylet in training_worker_nodes(cluster)]
 
 
+def lose_node(raylet: int) -> None:
+    """Lose the node whose raylet is `raylet` as a reclaimed VM is lost: every process of its
+    session (its `ray start`, raylet, agents and workers) killed at once. A raylet killed alone
+    leaves its workers a moment to train on before they notice."""
+    session = int(proc_stat(raylet)[3])
+    deadline = time.monotonic() + 10
+    while processes := session_processes(session):
+        assert time.monotonic() < deadline, f"processes of the lost node left: {processes}"
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
 def parent_pid(pid: int) -> int | None:
     """The parent's PID of process `pid`, or None once it is gone."""
     fields = proc_stat(pid)
@@ -110,9 +126,14 @@ def epochs_by_attempt(logs: str) -> list[list[int]]:
     return [attempt for attempt in epochs if attempt]
 
 
-def follow(cluster, job: str) -> str:
-    """The job's logs, once it has ended."""
-    return ray_cli(cluster.env, "job", "logs", job, "--address", cluster.url, "--follow")
+def follow(cluster, job: str, timeout: float = 600) -> str:
+    """The job's log, once it has ended: its own lines only (`ray job logs --follow` adds a failed
+    job's status message, which repeats the log's last lines)."""
+    deadline = time.monotonic() + timeout
+    while cluster.job_status(job) not in ENDED:
+        assert time.monotonic() < deadline, f"job {job} still running after {timeout} s"
+        time.sleep(0.5)
+    return ray_cli(cluster.env, "job", "logs", job, "--address", cluster.url)
 
 
 def assert_every_epoch_once(run: Path, last: int = EPOCHS) -> None:
@@ -172,10 +193,10 @@ def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_witho
     epoch, step = wait_for_drain_checkpoint(run)
     noticed = time.monotonic() - drained_at
     hold.write_text("4")  # the restart runs on to epoch 4, past the periodic checkpoint of epoch 3
-    os.kill(raylet, signal.SIGKILL)  # the reclaim, a little early
+    lose_node(raylet)  # the reclaim, a little early
     cluster.script("add", "1")  # its replacement joins, as GKE brings a new spot node
     last_before = wait_for_epoch(run, 4)
-    os.kill(training_worker_raylets(cluster)[0], signal.SIGKILL)  # a node lost without notice
+    lose_node(training_worker_raylets(cluster)[0])  # without notice
     killed_at = time.time()
     hold.unlink()
     cluster.script("add", "1")
@@ -240,13 +261,15 @@ def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fail
     second = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(LOST_AFTER, hold))
     raylet = training_worker_raylets(cluster)[0]
     wait_for_epoch(run, LOST_AFTER)
-    os.kill(raylet, signal.SIGKILL)  # and no replacement comes
+    lose_node(raylet)  # and no replacement comes
     killed = time.monotonic()
     hold.unlink()
     logs = follow(cluster, second)
     waited = time.monotonic() - killed
 
-    [epochs] = epochs_by_attempt(logs)
+    attempts = epochs_by_attempt(logs)
+    assert len(attempts) == 1, logs[-3000:]  # no restart: no capacity came
+    [epochs] = attempts
     checkpoint = epochs[0] - 1
     assert checkpoint % CHECKPOINT_EVERY == 0 and last_before - CHECKPOINT_EVERY <= checkpoint <= last_before
     assert epochs == list(range(checkpoint + 1, LOST_AFTER + 1)), logs[-3000:]
