@@ -191,7 +191,25 @@ def for_training(config, train: Source, validation: Source | None) -> tuple[dict
     datasets = splits(config, train, validation, ["circuit", "label"])
     if validation is not None:
         return datasets, {"train": train.rows, "validation": validation.rows}
-    return datasets, {name: dataset.count() for name, dataset in datasets.items()}
+    return datasets, held_out_rows(config, train)
+
+
+def held_out_rows(config, train: Source) -> dict:
+    """Each split's rows when the validation rows are held out of the training files: one pass
+    over their circuits, counting both (a Dataset.count per split would read them twice)."""
+    counts = read(train, ["circuit"]).map_batches(
+        _count_splits,
+        fn_kwargs={"seed": config.seed, "fraction": config.test_fraction},
+        batch_format="numpy",
+        **_data_tasks(),
+    )
+    totals = counts.sum(list(SPLITS))
+    return {split: int(totals[f"sum({split})"]) for split in SPLITS}
+
+
+def _count_splits(batch: dict, seed: int, fraction: float) -> dict:
+    held = int(held_out(batch["circuit"], seed, fraction).sum())
+    return {"train": [len(batch["circuit"]) - held], "validation": [held]}
 
 
 def fits_in_memory(config, train: Source, validation: Source | None) -> bool:

@@ -152,8 +152,8 @@ def trained_run(tmp_path_factory) -> TrainedRun:
     return TrainedRun(storage / "tutorial", done.stdout + done.stderr)
 
 
-FILES = 50  # the data set's Parquet files
-ROWS_PER_FILE = 4
+FILES = 8  # the data set's Parquet files
+ROWS_PER_FILE = 25
 
 # The user's module: a one-qubit regression, whose training step can note the circuits each
 # worker trains on (one file per rank, a line per circuit).

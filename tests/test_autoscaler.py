@@ -69,10 +69,12 @@ def cluster_processes(port: int) -> list[int]:
     return pids
 
 
-@pytest.fixture
-def autoscaling_cluster(tmp_path):
-    """The head's GCS address. The head runs autoscaler v2 with the fake_multinode provider, which
-    starts worker nodes (raylets) itself; all of the cluster's processes are stopped by PID after."""
+@pytest.fixture(scope="module")
+def autoscaling_cluster(tmp_path_factory):
+    """The head's GCS address, for the module's tests in turn (each leaves it without worker nodes
+    or requests). The head runs autoscaler v2 with the fake_multinode provider, which starts worker
+    nodes (raylets) itself; all of the cluster's processes are stopped by PID after."""
+    tmp_path = tmp_path_factory.mktemp("autoscaling")
     port = free_port()
     gcs = f"127.0.0.1:{port}"
     env = command_env(

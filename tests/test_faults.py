@@ -15,14 +15,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from qml_ray import checkpoints, claims, config as config_lib, interrupts, storage
 from qml_ray.errors import UsageError
 
-from conftest import BUCKET, ROOT, SMOKE, command_env, require, run_command
+from conftest import ROOT, SMOKE, command_env, require, run_command
 from holds import HOLD, HOLD_ENV
 from test_bad_input import snapshot
+from test_end_to_end import epoch_lines
 
 STOP_SECONDS = 10  # a signal stops the training within this
 REFUSE_SECONDS = 30  # a second writer is refused within this (before its Ray starts)
@@ -227,12 +229,10 @@ def test_the_reaper_kills_what_outlives_sigterm():
 # One run, one writer
 
 
-def two_at_once(runs: str, env: dict) -> tuple[Command, Ended]:
-    """Start two `train --name r` at the same moment; return the one still running and how the other ended."""
-    first, second = (
-        Command("train", "--config", SMOKE, *ONE_WORKER, *HOLD, "--storage", runs, "--name", "r", env=env)
-        for _ in range(2)
-    )
+def two_at_once(runs: str, *options, env: dict | None = None) -> tuple[Command, Ended]:
+    """Start two `train --storage RUNS --name r OPTIONS` at the same moment; return the one still
+    running and how the other ended."""
+    first, second = (Command("train", "--storage", runs, "--name", "r", *options, env=env) for _ in range(2))
     wait_for(lambda: first.process.poll() is not None or second.process.poll() is not None, "one refused")
     loser, winner = (first, second) if first.process.poll() is not None else (second, first)
     refused = loser.end()
@@ -241,31 +241,20 @@ def two_at_once(runs: str, env: dict) -> tuple[Command, Ended]:
     return winner, refused
 
 
-def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trains(tmp_path):
+def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trains(tmp_path, in_process):
     """Then Ctrl-C stops the training at once, and nothing is written after the refusals either."""
     runs, hold = tmp_path / "runs", tmp_path / "hold"
-    winner, refused = two_at_once(str(runs), held(hold))
+    winner, refused = two_at_once(str(runs), "--config", SMOKE, *ONE_WORKER, *HOLD, env=held(hold))
     wait_for(held_now(hold), "the winner's training held")
     before = contents(runs)
     started = time.monotonic()
-    done = run_command("train", "--storage", runs, "--name", "r", "--resume", timeout=REFUSE_SECONDS)
+    done = in_process("train", "--storage", runs, "--name", "r", "--resume")  # refused before Ray starts
     resumed = Ended(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
     resumed.assert_clean(2, f"error: run {runs / 'r'} is in use by another command")
     interrupt(winner, signal.SIGINT, hold, "train").assert_clean(130, "interrupted: continue with --name r --resume")
     assert contents(runs) == before  # Ray's processes ignore Ctrl-C: the training, held, wrote nothing more
     assert not list(runs.rglob(".tmp-*")) and not (runs / "r" / claims.CLAIM).exists()
     print(f"\nsecond writer refused after {refused.seconds:.1f} s, --resume meanwhile after {resumed.seconds:.1f} s")
-
-
-@pytest.mark.usefixtures("gcs_server")
-def test_two_commands_on_one_run_in_cloud_storage_one_is_refused(tmp_path):
-    runs, hold = f"gs://{BUCKET}/two-at-once", tmp_path / "hold"
-    winner, refused = two_at_once(runs, held(hold))
-    wait_for(held_now(hold), "the winner's training held")  # its interrupt then says how to continue
-    winner.signal(signal.SIGINT)
-    winner.end().assert_clean(130, "interrupted: continue with --name r --resume")
-    assert not storage.exists(f"{runs}/r/{claims.CLAIM}")
-    print(f"\nsecond writer on Cloud Storage refused after {refused.seconds:.1f} s")
 
 
 def test_a_claim_left_by_a_killed_command_is_taken_over(tmp_path):
@@ -381,22 +370,23 @@ def run_copy(named_run, tmp_path) -> Path:
     return Path(shutil.copytree(named_run, tmp_path / named_run.name))
 
 
-def test_resume_skips_a_damaged_newest_checkpoint(run_copy, shared_ray):
+def test_resume_skips_a_damaged_newest_checkpoint_and_continues_the_epoch_counter(run_copy, shared_ray):
+    """--resume to more epochs, its newest checkpoint damaged: it goes on from the one before, and
+    with --verbose the workers' logs (Ray's) are shown too."""
+    before = pd.read_csv(run_copy / storage.HISTORY)
     truncate(run_copy / "checkpoints" / "epoch-00004" / "model.data-00000-of-00001")
-    resume = ("--name", run_copy.name, "--resume", "--epochs", 6, "--address", shared_ray)
+    resume = ("--name", run_copy.name, "--resume", "--epochs", 6, "--verbose", "--address", shared_ray)
     done = run_command("train", "--storage", run_copy.parent, *resume)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"skipping the damaged checkpoint {run_copy}/checkpoints/epoch-00004: model.data" in done.stdout
-    assert "continuing from the checkpoint of epoch 2" in done.stdout
-    assert "Unable to register" not in done.stderr  # TensorFlow's native start-up lines stay off the console
-    assert [int(row.split(",")[0]) for row in (run_copy / "metrics.csv").read_text().splitlines()[1:]] == [
-        1,
-        2,
-        3,
-        4,
-        5,
-        6,
-    ]
+    assert "continuing from the checkpoint of epoch 2\n" in done.stdout
+    assert epoch_lines(done.stdout + done.stderr) == [(epoch, 6) for epoch in range(3, 7)]
+    assert "(RayTrainWorker pid=" in done.stdout + done.stderr
+
+    after = pd.read_csv(run_copy / storage.HISTORY)
+    assert after["epoch"].tolist() == list(range(1, 7))
+    pd.testing.assert_frame_equal(after.iloc[:2], before.iloc[:2])
+    assert config_lib.of_run(str(run_copy)).epochs == 6
 
 
 @pytest.mark.parametrize("damage", DAMAGES)

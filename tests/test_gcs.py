@@ -10,11 +10,12 @@ import pytest
 import tensorflow as tf
 from google.cloud import storage as gcs
 
-from qml_ray import config as config_lib, contract, storage
+from qml_ray import claims, config as config_lib, contract, storage
 from qml_ray.infer import load_trained_model
 
 from conftest import BUCKET, SMOKE, command_env, run_command
 from test_end_to_end import epoch_lines
+from test_faults import two_at_once
 
 EPOCHS = config_lib.load(SMOKE).epochs  # the run these tests train on gs://
 
@@ -30,6 +31,7 @@ def gcs_run(gcs_server, shared_cluster) -> str:
     done = run_command("train", "--config", SMOKE, *options)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(e, EPOCHS) for e in range(1, EPOCHS + 1)]
+    assert "Unable to register" not in done.stderr  # TensorFlow's native start-up lines stay off the console
     return f"gs://{BUCKET}/runs/smoke"
 
 
@@ -72,17 +74,21 @@ def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run, sh
     assert not np.allclose(untrained(circuits).numpy()[:, 0], expected, atol=1e-3)
 
 
-def test_resume_from_a_gcs_checkpoint(gcs_run, shared_ray):
+def test_two_commands_resume_a_run_in_the_bucket_one_is_refused_the_other_continues(gcs_run, shared_ray):
+    """Two `train --resume` of one run in the bucket at the same moment: one is refused (Cloud Storage
+    holds the claim), the other continues from the run's checkpoint there."""
+    runs = f"gs://{BUCKET}/resumed"
     for name in [n for n in blob_names("runs/smoke/") if n and not n.endswith("/")]:  # no folder markers
-        content = storage.read_bytes(f"{gcs_run}/{name}")
-        storage.write_bytes(f"gs://{BUCKET}/runs/resumed/{name}", content)
-    resume = ("--name", "resumed", "--resume", "--epochs", EPOCHS + 2, "--address", shared_ray)
-    done = run_command("train", "--storage", f"gs://{BUCKET}/runs", *resume)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        storage.write_bytes(f"{runs}/r/{name}", storage.read_bytes(f"{gcs_run}/{name}"))
+    winner, refused = two_at_once(runs, "--resume", "--epochs", EPOCHS + 2, "--address", shared_ray)
+    done = winner.end()
+    assert done.status == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout + done.stderr) == [(EPOCHS + 1, EPOCHS + 2), (EPOCHS + 2, EPOCHS + 2)]
-    history = pd.read_csv(io.StringIO(storage.read_text(f"gs://{BUCKET}/runs/resumed/metrics.csv")))
+    history = pd.read_csv(io.StringIO(storage.read_text(f"{runs}/r/metrics.csv")))
     assert history["epoch"].tolist() == list(range(1, EPOCHS + 3))
-    assert "checkpoints/epoch-00008/model.index" in blob_names("runs/resumed/")
+    assert "checkpoints/epoch-00008/model.index" in blob_names("resumed/r/")
+    assert not storage.exists(f"{runs}/r/{claims.CLAIM}")
+    print(f"\nsecond writer on Cloud Storage refused after {refused.seconds:.1f} s")
 
 
 @pytest.mark.parametrize(
