@@ -7,18 +7,20 @@ import sys
 import time
 
 from conftest import ROOT, SMOKE, command_env, free_port
+from holds import HOLD, HOLD_ENV
 
 
 def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_ray):
     port = free_port()  # the two workers on this node serve on port and port + 1
-    run = tmp_path / "profiled"
-    command = [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "20"]
-    profiling = ["--profile-steps", "2,3", "--profiler-port", str(port), "--address", shared_ray]
+    run, hold = tmp_path / "profiled", tmp_path / "hold"
+    hold.write_text("1")  # held after epoch 1 while the servers are asked for
+    command = [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "2"]
+    profiling = ["--profile-steps", "2,3", "--profiler-port", str(port), *HOLD, "--address", shared_ray]
     with open(tmp_path / "train.log", "w") as log:
         training = subprocess.Popen(
             [*command, *profiling, "--storage", str(tmp_path), "--name", run.name],
             cwd=ROOT,
-            env=command_env(),
+            env=command_env(**{HOLD_ENV: str(hold)}),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -28,6 +30,7 @@ def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_r
             time.sleep(0.5)
         for worker_port in (port, port + 1):
             socket.create_connection(("127.0.0.1", worker_port), timeout=10).close()
+        hold.unlink()
         assert training.wait(timeout=600) == 0, (tmp_path / "train.log").read_text()[-3000:]
     finally:
         if training.poll() is None:
