@@ -42,7 +42,7 @@ def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path, shar
         trained = qml_ray.fit(
             model=tiny,
             data=str(project / "data"),
-            workers=2,
+            workers=1,
             epochs=2,
             storage=str(tmp_path),
             name="fitted",
