@@ -125,6 +125,14 @@ def users_module(name: str, module, folder: Path) -> bool:
     return top != "qml_ray" and (file == str(folder / f"{top}.py") or file.startswith(str(folder / top) + os.sep))
 
 
+def wait_for(condition, what: str, timeout: float = 300) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.2)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

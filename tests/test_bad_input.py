@@ -454,9 +454,8 @@ def test_training_that_keeps_failing_says_how_to_continue(run_copy, shared_ray):
     circuits = [b"garbage", *table.column("circuit").to_pylist()[1:]]
     pq.write_table(table.set_column(table.schema.get_field_index("circuit"), "circuit", pa.array(circuits)), train)
     more = ("--epochs", config_lib.of_run(str(run_copy)).epochs + 2, "--max-failures", 0, "--workers", 1)
-    done = run_command(
-        "train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", *more, "--address", shared_ray
-    )
+    more += ("--address", shared_ray)
+    done = run_command("train", "--storage", run_copy.parent, "--name", run_copy.name, "--resume", *more)
     assert done.returncode == 1
     lines = done.stderr.splitlines()  # Ray's forwarded worker logs may come in between
     assert [line for line in lines if line.startswith("error: training failed: Training failed due to worker errors")]

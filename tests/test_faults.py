@@ -21,7 +21,7 @@ import pytest
 from qml_ray import checkpoints, claims, config as config_lib, interrupts, storage
 from qml_ray.errors import UsageError
 
-from conftest import ROOT, SMOKE, command_env, require, run_command
+from conftest import ROOT, SMOKE, command_env, require, run_command, wait_for
 from holds import HOLD, HOLD_ENV
 from test_bad_input import snapshot
 from test_end_to_end import epoch_lines
@@ -103,13 +103,6 @@ def processes_holding(hold: Path) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def wait_for(condition, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.2)
 
 
 def epochs_done(run: str) -> int:

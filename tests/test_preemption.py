@@ -22,7 +22,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from qml_ray import datasets, storage
 from qml_ray.runtime import ENDED
 
-from conftest import SMOKE, proc_stat, ray_cli, session_processes, submit
+from conftest import SMOKE, proc_stat, ray_cli, session_processes, submit, wait_for
 from holds import HOLD, HOLD_ENV
 from test_your_model import gradients_of
 
@@ -87,11 +87,8 @@ def alive_training_workers(cluster) -> list[dict]:
     return cluster.listed("actors", class_name="RayTrainWorker", state="ALIVE")
 
 
-def wait_until_no_training_workers(cluster, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while alive_training_workers(cluster):
-        assert time.monotonic() < deadline, f"training workers still alive after {timeout} s"
-        time.sleep(0.5)
+def wait_until_no_training_workers(cluster) -> None:
+    wait_for(lambda: not alive_training_workers(cluster), "no training workers alive", 60)
 
 
 def training_worker_raylets(cluster) -> list[int]:
@@ -126,13 +123,10 @@ def epochs_by_attempt(logs: str) -> list[list[int]]:
     return [attempt for attempt in epochs if attempt]
 
 
-def follow(cluster, job: str, timeout: float = 600) -> str:
+def follow(cluster, job: str) -> str:
     """The job's log, once it has ended: its own lines only (`ray job logs --follow` adds a failed
     job's status message, which repeats the log's last lines)."""
-    deadline = time.monotonic() + timeout
-    while cluster.job_status(job) not in ENDED:
-        assert time.monotonic() < deadline, f"job {job} still running after {timeout} s"
-        time.sleep(0.5)
+    wait_for(lambda: cluster.job_status(job) in ENDED, f"job {job} ended", 600)
     return ray_cli(cluster.env, "job", "logs", job, "--address", cluster.url)
 
 

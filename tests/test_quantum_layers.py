@@ -123,19 +123,8 @@ def test_block_on_a_model_that_cannot_take_it_is_one_error_line(tmp_path, shared
     names = "QUBITS = cirq.LineQubit.range(2)\nANGLE = sympy.Symbol('angle')\n\n\n"
     (tmp_path / "noisymodel.py").write_text(imports + names + inspect.getsource(noisy))
     regression.make_data(str(tmp_path / "data"), examples=20, files=1)
-    options = (
-        "--model",
-        "noisymodel:noisy",
-        "--data",
-        "data",
-        "--differentiator",
-        "block",
-        "--epochs",
-        1,
-        "--workers",
-        1,
-    )
-    options += ("--storage", tmp_path / "runs", "--name", "noisy", "--address", shared_ray)
+    options = ("--model", "noisymodel:noisy", "--data", "data", "--differentiator", "block", "--epochs", 1)
+    options += ("--workers", 1, "--storage", tmp_path / "runs", "--name", "noisy", "--address", shared_ray)
     done = run_command("train", *options, cwd=tmp_path)
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
