@@ -116,8 +116,8 @@ def not_a_model():
 
 def mistake(command: str, *args, message: str, env: dict | None = None, ray: bool = False, id: str):
     """A battery case: `python -m qml_ray.<command> args...` (with {tmp}, {file}, {run}, {data},
-    {configs}, {smoke} and {port}, a port where nobody answers, filled in) must fail with `message`;
-    run in this process, or, with `ray` (it starts a local Ray to find the mistake), in its own."""
+    {configs}, {smoke}, {port}, a port where nobody answers, and {cluster}, the shared cluster, filled in)
+    must fail with `message`; run in this process, or, with `ray` (it asks Ray to find the mistake), in its own."""
     return pytest.param(command, args, message, env or {}, ray, id=id)
 
 
@@ -125,6 +125,7 @@ TRAIN = ("train", "--config", "{smoke}", "--storage", "{tmp}/runs")
 SWEEP = ("sweep", "--config", "{smoke}", "--storage", "{tmp}/runs")
 CLI = "unrecognized arguments"
 MODEL = ("train", "--model", "mymodels:tiny", "--storage", "{tmp}/runs")
+SHARED = ("--address", "{cluster}")  # a case that asks Ray attaches to the shared cluster
 MISTAKES = [
     # train: the model and data contracts
     mistake("train", "--model", "mymodels", message="model must be MODULE:FUNCTION", id="model-no-function"),
@@ -222,7 +223,9 @@ MISTAKES = [
         ray=True,
         id="address-env-empty",
     ),
-    mistake(*TRAIN, "--qubits", "38", message="more than the largest Ray node has", ray=True, id="train-memory"),
+    mistake(
+        *TRAIN, "--qubits", "38", *SHARED, message="more than the largest Ray node has", ray=True, id="train-memory"
+    ),
     # infer
     mistake("infer", "--run", "{tmp}/nothing", message="no run at", id="infer-no-run"),
     mistake("infer", "--run", "{file}", message="no run at", id="infer-run-is-a-file"),
@@ -321,9 +324,11 @@ MISTAKES = [
 
 
 @pytest.mark.parametrize("command, args, message, env, ray", MISTAKES)
-def test_mistake(tree, in_process, command, args, message, env, ray):
+def test_mistake(tree, in_process, request, command, args, message, env, ray):
     port = str(free_port())
     fill = {**{name: str(path) for name, path in tree.items()}, "port": port}
+    if "{cluster}" in args:
+        fill["cluster"] = request.getfixturevalue("shared_ray")
     args = [str(arg).format(**fill) for arg in args]
     env = {key: value.format(**fill) for key, value in env.items()}
     before = snapshot(tree["tmp"])

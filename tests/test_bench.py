@@ -12,6 +12,8 @@ from qml_ray.bench.report import RESULT_FIELDS
 
 from conftest import ROOT, SMOKE, command_env, require, run_command
 
+QUICK = ("--min-seconds", 0.2)  # each figure timed over 0.2 s of calls: every figure there, none precise
+
 
 def test_runtimes_measures_every_runtime_side_by_side(tmp_path):
     """Two workers, so the single process runs too (one worker is its only case)."""
@@ -37,7 +39,7 @@ def test_runtimes_measures_every_runtime_side_by_side(tmp_path):
 
 
 def test_circuits_times_forward_and_gradient(tmp_path, in_process):
-    done = in_process("bench", "circuits", "--qubits", "4,6", "--circuits", 2, "--out", tmp_path)
+    done = in_process("bench", "circuits", "--qubits", "4,6", "--circuits", 2, *QUICK, "--out", tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp_path / "circuits.json").read_text())
     assert doc["kernel_path"] == kernel.PATH and f"block kernel: the {kernel.PATH} path" in done.stdout
@@ -61,7 +63,7 @@ def test_circuits_times_forward_and_gradient(tmp_path, in_process):
 def test_circuits_times_the_controlled_family(tmp_path, in_process):
     """Multi-controlled gates through a TFQ expectation layer: every figure, the family named, no projection."""
     done = in_process(
-        "bench", "circuits", "--family", "controlled", "--qubits", "5", "--circuits", 2, "--out", tmp_path
+        "bench", "circuits", "--family", "controlled", "--qubits", "5", "--circuits", 2, *QUICK, "--out", tmp_path
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp_path / "circuits.json").read_text())
@@ -74,7 +76,7 @@ def test_circuits_times_the_controlled_family(tmp_path, in_process):
 
 def test_circuits_with_peers_agree_with_the_block_values(tmp_path, in_process):
     require(not peers.missing(), f"the peers extra is not installed ({peers.INSTALL})")
-    done = in_process("bench", "circuits", "--qubits", "5", "--circuits", 2, "--peers", "--out", tmp_path)
+    done = in_process("bench", "circuits", "--qubits", "5", "--circuits", 2, "--peers", *QUICK, "--out", tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = json.loads((tmp_path / "circuits.json").read_text())["probes"][0]["peers"]
     assert set(found) == {"block", "qsim", "lightning_complex64", "lightning_complex128"}
@@ -144,6 +146,7 @@ def test_projection_spreads_the_headline_over_the_cluster():
         (["runtimes", "--workers", "0"], "argument --workers: expected comma-separated numbers"),
         (["runtimes", "--runtimes", "ray"], "argument --runtimes: expected some of qml_ray,baseline,single"),
         (["circuits", "--efficiency-from", "/nonexistent.json"], "error: cannot read a runtimes.json"),
+        (["circuits", "--min-seconds", "0"], "argument --min-seconds: expected a positive number, got '0'"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(args, message):

@@ -20,6 +20,8 @@ from qml_ray.bench import peers
 from qml_ray.bench.runtimes import POOLS, RUNTIMES
 from qml_ray.errors import UsageError
 
+MIN_SECONDS = 2.0  # bench circuits: each figure timed over at least this many seconds of calls
+
 
 def number_list(minimum: int):
     """An argparse type: comma-separated whole numbers, each at least `minimum`."""
@@ -150,6 +152,14 @@ def parse_args(argv=None):
         help="a runtimes.json: project at its qml_ray parallel efficiency with the most "
         "workers (default: efficiency 1, ideal)",
     )
+    circuits.add_argument(
+        "--min-seconds",
+        type=positive(float),
+        default=MIN_SECONDS,
+        metavar="S",
+        help=f"time each figure over at least this many seconds of calls (default: {MIN_SECONDS:g}; "
+        "lower for a quick look)",
+    )
     circuits.add_argument("--out", default="benchmarks/circuits", metavar="DIR", help="(default: benchmarks/circuits)")
     return parser.parse_args(argv)
 
@@ -250,7 +260,7 @@ def circuits_main(args) -> None:
     for qubits in args.qubits:
         count = args.circuits or circuits.default_circuits(qubits)
         print(f"timing {qubits} qubits, {count} circuits per batch ...", flush=True)
-        probes.append(circuits.probe(qubits, count, args.threads, args.peers, args.family))
+        probes.append(circuits.probe(qubits, count, args.threads, args.peers, args.family, args.min_seconds))
         probe = probes[-1]
         print(
             f"    forward: TFQ {probe['tfq_forward_seconds']:.4g}, block {probe['block_forward_seconds']:.4g} "

@@ -86,9 +86,7 @@ class PeakMemory:
         return self.peak - self.start
 
 
-def probe(
-    qubits: int, circuits: int, threads: int, with_peers: bool, family: str = "qcnn", min_seconds: float = 2.0
-) -> dict:
+def probe(qubits: int, circuits: int, threads: int, with_peers: bool, family: str, min_seconds: float) -> dict:
     """Seconds per circuit of the family's circuits on `qubits` qubits: forward, and forward + gradient,
     with each differentiator; the peak memory of a gradient per circuit in flight, in state vectors
     (complex64, 8 bytes per amplitude); the block kernel's memory traffic against a state-sized pass's;
