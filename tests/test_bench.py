@@ -43,6 +43,7 @@ def test_circuits_times_forward_and_gradient(tmp_path, in_process):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp_path / "circuits.json").read_text())
     assert doc["kernel_path"] == kernel.PATH and f"block kernel: the {kernel.PATH} path" in done.stdout
+    assert doc["min_seconds"] == 0.2
     assert [p["qubits"] for p in doc["probes"]] == [4, 6]
     for probe in doc["probes"]:
         for name in ("tfq", "block"):

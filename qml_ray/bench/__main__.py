@@ -274,6 +274,7 @@ def circuits_main(args) -> None:
     doc = {
         "machine_cpus": os.cpu_count(),
         "threads": args.threads,
+        "min_seconds": args.min_seconds,  # each figure timed over at least this long
         "kernel_path": kernel.PATH,
         "family": args.family,
         "probes": probes,
