@@ -4,9 +4,9 @@ server on every worker (port + local rank) while training runs."""
 import socket
 import subprocess
 import sys
-import time
+from pathlib import Path
 
-from conftest import ROOT, SMOKE, command_env, free_port
+from conftest import ROOT, SMOKE, command_env, free_port, wait_for
 from holds import HOLD, HOLD_ENV
 
 
@@ -26,8 +26,7 @@ def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_r
         )
     try:
         # Steps 2-3 are in epoch 1, whose end publishes the trace; the servers started before.
-        while training.poll() is None and not list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb")):
-            time.sleep(0.5)
+        wait_for(lambda: training.poll() is not None or traces(run), "epoch 1's trace published")
         for worker_port in (port, port + 1):
             socket.create_connection(("127.0.0.1", worker_port), timeout=10).close()
         hold.unlink()
@@ -37,4 +36,9 @@ def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_r
             training.kill()
             training.wait()
 
-    assert len(list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb"))) == 1
+    assert len(traces(run)) == 1
+
+
+def traces(run: Path) -> list[Path]:
+    """The profiler traces in the run's TensorBoard logs."""
+    return list(run.glob("tensorboard/plugins/profile/*/*.xplane.pb"))
