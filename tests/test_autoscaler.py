@@ -17,7 +17,7 @@ import pytest
 from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 from ray.autoscaler.v2.sdk import get_cluster_status
 
-from conftest import ROOT, SMOKE, command_env, free_port, is_running, run_command
+from conftest import ROOT, SMOKE, command_env, free_port, is_running, run_command, wait_for
 
 pytestmark = pytest.mark.slow  # an autoscaling cluster
 
@@ -98,7 +98,7 @@ def autoscaling_cluster(tmp_path_factory):
         start_new_session=True,
     )
     try:
-        wait_for(lambda: cluster_status(gcs), 60, "the head did not start")
+        wait_for(lambda: cluster_status(gcs), "the head started", 60)
         yield gcs
     finally:
         os.killpg(head.pid, signal.SIGTERM)
@@ -109,7 +109,7 @@ def autoscaling_cluster(tmp_path_factory):
             head.wait(timeout=60)
         for pid in cluster_processes(port):  # the worker nodes the autoscaler left, if any
             os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not cluster_processes(port), 30, "the cluster's processes did not stop")
+        wait_for(lambda: not cluster_processes(port), "the cluster's processes stopped", 30)
         current = Path("/tmp/ray/ray_current_cluster")  # `ray start --head` recorded this cluster
         if current.exists() and current.read_text().strip().endswith(f":{port}"):
             current.unlink()
@@ -127,15 +127,6 @@ def cluster_status(gcs: str) -> tuple[int, list] | None:
     ]
     constraints = status.resource_demands.cluster_constraint_demand
     return len(workers), [bundles for constraint in constraints for bundles in constraint.bundles_by_count]
-
-
-def wait_for(condition, timeout: float, message: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := condition():
-            return found
-        time.sleep(1)
-    raise AssertionError(message)
 
 
 def test_the_cluster_grows_for_the_run_and_its_request_ends_with_the_command(autoscaling_cluster, tmp_path):
@@ -156,7 +147,7 @@ def test_the_cluster_grows_for_the_run_and_its_request_ends_with_the_command(aut
 
     assert cluster_status(gcs)[1] == []  # the request went with the command
     ended = time.monotonic()
-    wait_for(lambda: cluster_status(gcs)[0] == 0, 120, "the worker nodes were not stopped")
+    wait_for(lambda: cluster_status(gcs)[0] == 0, "the worker nodes stopped", 120)
     print(f"\ntrained in {ran:.0f} s on an added node; back to 0 worker nodes {time.monotonic() - ended:.0f} s after")
 
 
