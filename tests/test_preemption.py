@@ -186,8 +186,8 @@ def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_witho
     drained_at = time.monotonic()
     epoch, step = wait_for_drain_checkpoint(run)
     noticed = time.monotonic() - drained_at
+    lose_node(raylet)  # the reclaim, a little early, while the run is held (released first, it could end epoch 4)
     hold.write_text("4")  # the restart runs on to epoch 4, past the periodic checkpoint of epoch 3
-    lose_node(raylet)  # the reclaim, a little early
     cluster.script("add", "1")  # its replacement joins, as GKE brings a new spot node
     last_before = wait_for_epoch(run, 4)
     lose_node(training_worker_raylets(cluster)[0])  # without notice
