@@ -276,7 +276,8 @@ def shared_cluster():
     """The Ray that the commands of tests not about Ray's own start attach to (`--address`): one
     head with this machine's CPUs, started once for the session with `ray start` in a session of
     its own (token authentication off: it serves loopback only) and a temporary folder of its own,
-    so that no `ray.init()` and no other `ray start` on the machine finds it; stopped by its session."""
+    so that no `ray.init()` and no other `ray start` on the machine finds it; killed by its session
+    (a graceful stop would wait for Ray Train's and Ray Data's detached actors, which no test needs)."""
     from qml_ray.runtime import LOCAL_RAY_SETTINGS
 
     temp = Path(tempfile.mkdtemp(prefix="qml-ray-", dir="/tmp"))  # short: Ray's socket paths are bounded
@@ -294,12 +295,8 @@ def shared_cluster():
         wait_until_serving(f"{cluster.dashboard}/api/version", seconds=60, path="")
         yield cluster
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # `ray start --block` can wait long for its workers
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
         deadline = time.monotonic() + 30
         while session_processes(process.pid) and time.monotonic() < deadline:
             time.sleep(0.2)

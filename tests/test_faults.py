@@ -22,7 +22,7 @@ from qml_ray import checkpoints, claims, config as config_lib, interrupts, stora
 from qml_ray.errors import UsageError
 
 from conftest import ROOT, SMOKE, command_env, require, run_command, wait_for
-from holds import HOLD, HOLD_ENV
+from holds import HOLD, HOLD_ENV, HOLD_FILE
 from test_bad_input import snapshot
 from test_end_to_end import epoch_lines
 
@@ -74,8 +74,9 @@ class Command:
 
 
 def held(hold: Path, epochs: int = 1, **env: str) -> dict:
-    """A command's environment whose training (given HOLD) waits after `epochs` epochs while `hold`
-    exists, or whose inference (of a held_run) waits while it exists."""
+    """A command's environment whose training (given HOLD; `hold` is the test's HOLD_FILE) waits after
+    `epochs` epochs while `hold` exists, or whose inference (of a held_run) waits while it exists. HOLD_ENV
+    names `hold` in it, which marks the command's processes, and its local Ray's."""
     hold.write_text(str(epochs))
     return command_env(**{HOLD_ENV: str(hold)}, **env)
 
@@ -130,7 +131,8 @@ ONE_WORKER = ("--workers", 1)  # a held training's options: how many workers doe
 
 def interrupt(command: Command, signum: int, hold: Path, what: str) -> Ended:
     """Send `signum` to the held command's process group; how it ended, once its every process (its
-    local Ray's too) is gone, which must be within STOP_SECONDS of the signal. Prints the times."""
+    local Ray's too, if it started one) is gone, which must be within STOP_SECONDS of the signal. Prints
+    the times. (What an attached command ran on the shared cluster must be gone after the test: shared_ray.)"""
     command.signal(signum)
     ended = command.end()
     wait_for(lambda: not processes_holding(hold), "every process of the command gone", STOP_SECONDS)
@@ -143,7 +145,7 @@ def interrupt(command: Command, signum: int, hold: Path, what: str) -> Ended:
 
 
 def test_sigterm_stops_training_at_once_and_says_how_to_continue(tmp_path):
-    runs, hold = tmp_path / "runs", tmp_path / "hold"
+    runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
     options = (*ONE_WORKER, *HOLD, "--storage", runs, "--name", "r")
     command = Command("train", "--config", SMOKE, *options, env=held(hold))
     wait_for(held_now(hold), "training held at epoch 2's first step")
@@ -156,17 +158,17 @@ def test_sigterm_stops_training_at_once_and_says_how_to_continue(tmp_path):
     assert not (runs / "r" / claims.CLAIM).exists()
 
 
-def test_ctrl_c_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path):
+def test_ctrl_c_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path, shared_ray):
     """Two trials of one worker, one at a time: the first held at epoch 2's first step, the second waiting."""
-    runs, hold = tmp_path / "runs", tmp_path / "hold"
-    grid = (*ONE_WORKER, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
+    runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
+    grid = (*ONE_WORKER, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1, "--address", shared_ray)
     command = Command("sweep", "--config", SMOKE, *grid, *HOLD, "--storage", runs, "--name", "s", env=held(hold))
     wait_for(held_now(hold), "the first trial's training held at epoch 2's first step")
     before = contents(runs)
     ended = interrupt(command, signal.SIGINT, hold, "sweep")
 
     ended.assert_clean(128 + signal.SIGINT, "interrupted: continue with --name s --resume")
-    assert contents(runs) == before  # Ray's processes ignore Ctrl-C: the trial, held, wrote nothing more
+    assert contents(runs) == before  # the trial, held, wrote nothing more
     trials = [folder for folder in (runs / "s").iterdir() if folder.is_dir() and "=" in folder.name]
     assert len(trials) == 2 and not list(runs.rglob(".tmp-*")) and not list(runs.rglob(storage.WEIGHTS))
     assert not list(runs.rglob(claims.CLAIM)) and not (runs / "s" / "results.csv").exists()
@@ -234,10 +236,11 @@ def two_at_once(runs: str, *options, env: dict | None = None) -> tuple[Command, 
     return winner, refused
 
 
-def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trains(tmp_path, in_process):
+def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trains(tmp_path, in_process, shared_ray):
     """Then Ctrl-C stops the training at once, and nothing is written after the refusals either."""
-    runs, hold = tmp_path / "runs", tmp_path / "hold"
-    winner, refused = two_at_once(str(runs), "--config", SMOKE, *ONE_WORKER, *HOLD, env=held(hold))
+    runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
+    options = ("--config", SMOKE, *ONE_WORKER, *HOLD, "--address", shared_ray)
+    winner, refused = two_at_once(str(runs), *options, env=held(hold))
     wait_for(held_now(hold), "the winner's training held")
     before = contents(runs)
     started = time.monotonic()
@@ -245,7 +248,7 @@ def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trai
     resumed = Ended(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
     resumed.assert_clean(2, f"error: run {runs / 'r'} is in use by another command")
     interrupt(winner, signal.SIGINT, hold, "train").assert_clean(130, "interrupted: continue with --name r --resume")
-    assert contents(runs) == before  # Ray's processes ignore Ctrl-C: the training, held, wrote nothing more
+    assert contents(runs) == before  # the training, held, wrote nothing more
     assert not list(runs.rglob(".tmp-*")) and not (runs / "r" / claims.CLAIM).exists()
     print(f"\nsecond writer refused after {refused.seconds:.1f} s, --resume meanwhile after {resumed.seconds:.1f} s")
 
@@ -305,9 +308,9 @@ def fill(disk: Path) -> None:
             pass
 
 
-def test_a_full_disk_stops_training_at_once_naming_it(small_disk, tmp_path):
-    hold = tmp_path / "hold"
-    options = (*ONE_WORKER, "--max-failures", 3, "--storage", small_disk, "--name", "r")
+def test_a_full_disk_stops_training_at_once_naming_it(small_disk, tmp_path, shared_ray):
+    hold = tmp_path / HOLD_FILE
+    options = (*ONE_WORKER, "--max-failures", 3, "--storage", small_disk, "--name", "r", "--address", shared_ray)
     command = Command("train", "--config", SMOKE, *options, *HOLD, env=held(hold))
     wait_for(held_now(hold), "training held at epoch 2's first step")
     fill(small_disk)

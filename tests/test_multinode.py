@@ -18,7 +18,7 @@ from qml_ray import claims, config as config_lib, datasets, storage
 from qml_ray.runtime import ENDED
 
 from conftest import FILES, ray_cli, submit
-from holds import HOLD, HOLD_ENV
+from holds import HOLD, HOLD_FILE
 from test_your_model import gradients_of
 
 pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
@@ -58,14 +58,14 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     again with --resume and the data kept in memory (a flag wins on resume), each worker reads its
     shard once and trains on it every epoch in another order; then the run's held-out rows are inferred."""
     url, env = cluster.url, cluster.env
-    hold, run, notes = tmp_path / "hold", tmp_path / "mine", tmp_path / "notes"
+    hold, run, notes = tmp_path / HOLD_FILE, tmp_path / "mine", tmp_path / "notes"
     hold.write_text("1")
     notes.mkdir()
     options = ("--model", "mymodel:build", "--data", "data", "--workers", 2, "--epochs", EPOCHS, "--batch-size", 8)
     options += ("--seed", SEED, "--test-fraction", TEST_FRACTION, "--param", f"notes={notes}", *HOLD)
     command = ("qml_ray.train", *options, "--storage", tmp_path, "--name", "mine")
     streamed = (*command, "--data-in-memory-mb", 0)
-    train = submit(url, env, *streamed, wait=False, working_dir=user_project, env_vars={HOLD_ENV: str(hold)})
+    train = submit(url, env, *streamed, wait=False, working_dir=user_project)
     wait_until_held(hold, cluster, train)  # held in epoch 2: rank 0 set the gauges at epoch 1's end
     time.sleep(GAUGE_SECONDS)  # without a refresh, Ray's agent would have dropped them by now
     exported = scraped_epoch(cluster, "mine")  # ray_qml_ray_epoch{run="mine"} while it trains
@@ -92,7 +92,8 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     assert len(recorded["train"]) == FILES and recorded["rows"]["train"] == len(training)
     assert recorded["held_out"] == {"seed": SEED, "test_fraction": TEST_FRACTION}
 
-    resumed = submit(url, env, *command, "--resume", "--data-in-memory-mb", 1, working_dir=user_project)  # no hold
+    hold.unlink()
+    resumed = submit(url, env, *command, "--resume", "--data-in-memory-mb", 1, working_dir=user_project)
     logs = ray_cli(env, "job", "logs", resumed, "--address", url)
     assert cluster.job_status(resumed) == "SUCCEEDED", logs[-3000:]
     # No checkpoint before the stop (every 5 epochs and the last): the run starts again from epoch 1.

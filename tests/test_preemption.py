@@ -23,7 +23,7 @@ from qml_ray import datasets, storage
 from qml_ray.runtime import ENDED
 
 from conftest import SMOKE, proc_stat, ray_cli, session_processes, submit, wait_for
-from holds import HOLD, HOLD_ENV
+from holds import HOLD, HOLD_FILE
 from test_your_model import gradients_of
 
 pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
@@ -34,17 +34,10 @@ LOST_AFTER = 7  # the epochs that run trains before its node is lost
 
 
 def train_command(storage: Path, name: str, checkpoint_every: int = CHECKPOINT_EVERY, model: tuple = ()) -> tuple:
-    """The smoke config, with more epochs, as the RayJob runs it (--resume), held while its job's
-    environment names a hold file (held_after); `model`: the options of a user's model and data
-    instead of the QCNN's."""
+    """The smoke config, with more epochs, as the RayJob runs it (--resume), held while the test's
+    HOLD_FILE exists (tests/holds.py); `model`: the options of a user's model and data instead of the QCNN's."""
     options = ("--workers", 2, "--epochs", EPOCHS, "--checkpoint-every", checkpoint_every, *model, *HOLD)
     return ("qml_ray.train", "--config", SMOKE, *options, "--storage", storage, "--name", name, "--resume")
-
-
-def held_after(epochs: int, hold: Path) -> dict:
-    """The env vars of a job whose training waits after `epochs` epochs while `hold` exists."""
-    hold.write_text(str(epochs))
-    return {HOLD_ENV: str(hold)}
 
 
 def history(run: Path) -> list[dict]:
@@ -175,11 +168,12 @@ def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_witho
     checkpoint (every CHECKPOINT_EVERY epochs)."""
     from examples import hea_classifier
 
-    run, hold = tmp_path / "preempted", tmp_path / "hold"
+    run, hold = tmp_path / "preempted", tmp_path / HOLD_FILE
     hea_classifier.make_data(str(tmp_path / "data"))
     model = ("--model", "examples.hea_classifier:classifier", "--data", tmp_path / "data", "--batch-size", 16)
     command = train_command(tmp_path, "preempted", model=model)
-    job = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(2, hold))
+    hold.write_text("2")
+    job = submit(cluster.url, cluster.env, *command, wait=False)
     node, raylet = training_worker_nodes(cluster)[0]
     wait_for_epoch(run, 2)  # held at epoch 3's first step, which the drain lets run; then held again
     drain(cluster, node)
@@ -242,9 +236,10 @@ def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fail
     """The driver killed (its pod lost): the same command again, as a RayJob's retry runs it, resumes from
     the last checkpoint. Then a worker node is lost for good: after --capacity-timeout, the job fails
     with one line that says why and how to continue."""
-    run, hold = tmp_path / "driver-lost", tmp_path / "hold"
+    run, hold = tmp_path / "driver-lost", tmp_path / HOLD_FILE
     command = (*train_command(tmp_path, "driver-lost"), "--capacity-timeout", WAIT)
-    first = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(5, hold))
+    hold.write_text("5")
+    first = submit(cluster.url, cluster.env, *command, wait=False)
     training_worker_raylets(cluster)
     last_before = wait_for_epoch(run, 5)
     os.kill(driver_pid("driver-lost"), signal.SIGKILL)
@@ -252,7 +247,8 @@ def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fail
     assert cluster.job_status(first) == "FAILED"
     wait_until_no_training_workers(cluster)  # the first job's, which Ray stops as the job ends
 
-    second = submit(cluster.url, cluster.env, *command, wait=False, env_vars=held_after(LOST_AFTER, hold))
+    hold.write_text(str(LOST_AFTER))
+    second = submit(cluster.url, cluster.env, *command, wait=False)
     raylet = training_worker_raylets(cluster)[0]
     wait_for_epoch(run, LOST_AFTER)
     lose_node(raylet)  # and no replacement comes

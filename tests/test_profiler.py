@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, SMOKE, command_env, free_port, wait_for
-from holds import HOLD, HOLD_ENV
+from holds import HOLD, HOLD_FILE
 
 
 def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_ray):
     port = free_port()  # the two workers on this node serve on port and port + 1
-    run, hold = tmp_path / "profiled", tmp_path / "hold"
+    run, hold = tmp_path / "profiled", tmp_path / HOLD_FILE
     hold.write_text("1")  # held after epoch 1 while the servers are asked for
     command = [sys.executable, "-m", "qml_ray.train", "--config", str(SMOKE), "--workers", "2", "--epochs", "2"]
     profiling = ["--profile-steps", "2,3", "--profiler-port", str(port), *HOLD, "--address", shared_ray]
@@ -20,7 +20,7 @@ def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_r
         training = subprocess.Popen(
             [*command, *profiling, "--storage", str(tmp_path), "--name", run.name],
             cwd=ROOT,
-            env=command_env(**{HOLD_ENV: str(hold)}),
+            env=command_env(),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
