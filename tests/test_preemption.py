@@ -8,6 +8,7 @@ the one before it left (conftest.cluster)."""
 
 import contextlib
 import csv
+import json
 import math
 import os
 import re
@@ -147,18 +148,29 @@ def driver_pid(name: str) -> int:
     raise AssertionError(f"no driver process for run {name}")
 
 
+def registered_checkpoints(run: Path) -> list[str]:
+    """The folder names of the run's checkpoints that Ray Train's controller has registered (its
+    checkpoint_manager_snapshot.json in the run folder): those a restart resumes from. A checkpoint's
+    folder is written before its report reaches the controller."""
+    try:
+        snapshot = json.loads((run / "checkpoint_manager_snapshot.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # none yet, or being written
+        return []
+    return [Path(result["checkpoint_dir_name"]).name for result in snapshot["checkpoint_results"]]
+
+
 def wait_for_drain_checkpoint(run: Path, timeout: float = 120) -> tuple[int, int]:
-    """Wait for the checkpoint a drain notice brings (before the run's first of its own);
-    return its epochs done and steps of the next (0 when the notice came at an epoch's last step,
-    whose checkpoint is taken at the epoch's end)."""
+    """Wait until the checkpoint a drain notice brings (before the run's first of its own) is
+    registered; return its epochs done and steps of the next (0 when the notice came at an epoch's
+    last step, whose checkpoint is taken at the epoch's end)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for folder in (run / "checkpoints").glob("epoch-*"):
-            found = re.fullmatch(r"epoch-(\d+)(?:-step-(\d+))?", folder.name)
+        for name in registered_checkpoints(run):
+            found = re.fullmatch(r"epoch-(\d+)(?:-step-(\d+))?", name)
             if found and int(found.group(1)) < EPOCHS:
                 return int(found.group(1)), int(found.group(2) or 0)
         time.sleep(0.2)
-    raise AssertionError(f"no checkpoint of the drain after {timeout} s")
+    raise AssertionError(f"no checkpoint of the drain registered after {timeout} s")
 
 
 def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_without(cluster, tmp_path):
@@ -180,10 +192,12 @@ def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_witho
     drained_at = time.monotonic()
     epoch, step = wait_for_drain_checkpoint(run)
     noticed = time.monotonic() - drained_at
-    lose_node(raylet)  # the reclaim, a little early, while the run is held (released first, it could end epoch 4)
+    lose_node(raylet)  # the reclaim, a little early
     hold.write_text("4")  # the restart runs on to epoch 4, past the periodic checkpoint of epoch 3
     cluster.script("add", "1")  # its replacement joins, as GKE brings a new spot node
     last_before = wait_for_epoch(run, 4)
+    periodic = f"epoch-{CHECKPOINT_EVERY:05d}"
+    wait_for(lambda: periodic in registered_checkpoints(run), f"{periodic} registered", 60)
     lose_node(training_worker_raylets(cluster)[0])  # without notice
     killed_at = time.time()
     hold.unlink()
