@@ -159,6 +159,12 @@ def registered_checkpoints(run: Path) -> list[str]:
     return [Path(result["checkpoint_dir_name"]).name for result in snapshot["checkpoint_results"]]
 
 
+def wait_until_registered(run: Path, epoch: int) -> None:
+    """Until Ray Train's controller has registered the periodic checkpoint of `epoch`."""
+    name = f"epoch-{epoch:05d}"
+    wait_for(lambda: name in registered_checkpoints(run), f"checkpoint {name} registered", 60)
+
+
 def wait_for_drain_checkpoint(run: Path, timeout: float = 120) -> tuple[int, int]:
     """Wait until the checkpoint a drain notice brings (before the run's first of its own) is
     registered; return its epochs done and steps of the next (0 when the notice came at an epoch's
@@ -196,8 +202,7 @@ def test_training_rides_through_losing_a_node_after_a_drain_notice_and_one_witho
     hold.write_text("4")  # the restart runs on to epoch 4, past the periodic checkpoint of epoch 3
     cluster.script("add", "1")  # its replacement joins, as GKE brings a new spot node
     last_before = wait_for_epoch(run, 4)
-    periodic = f"epoch-{CHECKPOINT_EVERY:05d}"
-    wait_for(lambda: periodic in registered_checkpoints(run), f"{periodic} registered", 60)
+    wait_until_registered(run, CHECKPOINT_EVERY)
     lose_node(training_worker_raylets(cluster)[0])  # without notice
     killed_at = time.time()
     hold.unlink()
@@ -256,6 +261,7 @@ def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fail
     first = submit(cluster.url, cluster.env, *command, wait=False)
     training_worker_raylets(cluster)
     last_before = wait_for_epoch(run, 5)
+    wait_until_registered(run, CHECKPOINT_EVERY)
     os.kill(driver_pid("driver-lost"), signal.SIGKILL)
     assert "yet: starting it" in follow(cluster, first)  # --resume started the new run
     assert cluster.job_status(first) == "FAILED"
