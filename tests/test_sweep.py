@@ -14,7 +14,8 @@ import pytest
 
 from qml_ray.errors import UsageError
 
-from conftest import ROOT, SMOKE, command_env, run_command, session_processes
+from conftest import ROOT, SMOKE, command_env, run_command, session_processes, wait_for
+from holds import HOLD, HOLD_FILE
 from test_bad_input import CPUS, assert_usage_error
 
 EPOCHS = 4  # the smoke config's 6, shortened: checkpoints at epochs 2 and 4
@@ -22,23 +23,18 @@ SMALL = ("--config", SMOKE, "--workers", 1, "--epochs", EPOCHS)  # the sweep job
 
 
 def sweep_command(storage: Path, address: str) -> list[str]:
-    """Two trials of 8 epochs, one at a time, on the cluster at `address`."""
-    options = ("--epochs", 8, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1, "--address", address)
+    """Two trials side by side on the cluster at `address`, one of 3 epochs and one of 8, held (given a
+    hold file) at the longer one's 4th epoch, past its first checkpoint (epoch 2)."""
+    options = ("--grid", "epochs=3,8", "--checkpoint-every", 2, *HOLD, "--address", address)
     return [sys.executable, "-m", "qml_ray.sweep", *map(str, (*SMALL, *options, "--storage", storage, "--name", "k"))]
 
 
-def epochs_done(run: Path) -> int:
-    try:
-        return len(pd.read_csv(run / "metrics.csv"))
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-        return 0
-
-
 def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
-    """Killed (its driver, and with it every process of its job) once the first trial has finished and
-    the second is past its first checkpoint (epoch 2); --resume keeps the first and continues the
-    second from a checkpoint."""
-    first, second = tmp_path / "k/learning_rate=0.05-seed=7", tmp_path / "k/learning_rate=0.1-seed=7"
+    """Killed (its driver, and with it every process of its job) once the shorter trial has finished and
+    the longer is held past its first checkpoint; --resume keeps the first and continues the second
+    from that checkpoint."""
+    first, second, hold = tmp_path / "k/epochs=3-seed=7", tmp_path / "k/epochs=8-seed=7", tmp_path / HOLD_FILE
+    hold.write_text("3")
     output = tmp_path / "killed.log"
     with open(output, "w") as out:
         sweep = subprocess.Popen(
@@ -50,10 +46,11 @@ def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 300
-        while epochs_done(second) < 3 and sweep.poll() is None:
-            assert time.monotonic() < deadline, f"the second trial never got past its first checkpoint: {output}"
-            time.sleep(0.1)
+        first_done, second_held = (first / "weights/_COMPLETE").is_file, Path(f"{hold}.held").exists
+        wait_for(
+            lambda: (first_done() and second_held()) or sweep.poll() is not None, "the first done, the second held"
+        )
+        assert first_done() and sweep.poll() is None, output.read_text()[-3000:]
     finally:
         os.killpg(sweep.pid, signal.SIGKILL)
         sweep.wait()
@@ -61,10 +58,12 @@ def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
     while session_processes(sweep.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not session_processes(sweep.pid), "processes of the killed sweep are left"
-    assert (first / "weights/_COMPLETE").is_file() and not (second / "weights").exists()
+    assert not (second / "weights").exists()
     finished = (first / "weights/_COMPLETE").stat().st_mtime_ns, (first / "metrics.csv").read_text()
     before = pd.read_csv(second / "metrics.csv")
+    assert before["epoch"].tolist() == [1, 2, 3]
 
+    hold.unlink()
     resume = [*sweep_command(tmp_path, shared_ray), "--resume"]
     done = subprocess.run(resume, cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -75,7 +74,7 @@ def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
     assert (second / "weights/_COMPLETE").is_file()
     table = pd.read_csv(tmp_path / "k/results.csv")
     assert len(table) == 2 and set(table["state"]) == {"finished"}
-    assert "trial learning_rate=0.1-seed=7: finished, 8 epochs" in done.stdout
+    assert "trial epochs=8-seed=7: finished, 8 epochs" in done.stdout
 
 
 @pytest.mark.parametrize(
