@@ -27,6 +27,11 @@ HOLD = ("--callbacks", "tests.holds:hold")  # a command's options for a held tra
 POLL_SECONDS = 0.2
 
 
+def held_marker(file) -> Path:
+    """FILE.held: exists once a hold on `file` waits."""
+    return Path(f"{file}.held")
+
+
 def hold(rank: int, run: str) -> list:
     """The `callbacks` function of a held training (every rank's: the hold is collective)."""
     return [HoldAtStep(run)]
@@ -50,7 +55,7 @@ class HoldAtStep(tf.keras.callbacks.Callback):
             if ray.train.get_preemption_info() is not None and not self.drained:
                 self.drained = True  # this step runs, and the drain's checkpoint comes at its end
                 return
-            Path(f"{file}.held").touch()  # tells the test that training waits
+            held_marker(file).touch()  # tells the test that training waits
             time.sleep(POLL_SECONDS)
 
     def holding(self) -> Path | None:
@@ -74,7 +79,7 @@ def held_qcnn(qubits: int, layers: int, hidden_activation: str, learning_rate: f
 
     def held_call(inputs, training=None, mask=None):
         while tf.executing_eagerly() and Path(os.environ[HOLD_ENV]).exists():
-            Path(f"{os.environ[HOLD_ENV]}.held").touch()
+            held_marker(os.environ[HOLD_ENV]).touch()
             time.sleep(POLL_SECONDS)
         return call(inputs, training=training, mask=mask)
 

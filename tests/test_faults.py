@@ -22,7 +22,7 @@ from qml_ray import checkpoints, claims, config as config_lib, interrupts, stora
 from qml_ray.errors import UsageError
 
 from conftest import ROOT, SMOKE, command_env, require, run_command, wait_for
-from holds import HOLD, HOLD_ENV, HOLD_FILE
+from holds import HOLD, HOLD_ENV, HOLD_FILE, held_marker
 from test_bad_input import snapshot
 from test_end_to_end import epoch_lines
 
@@ -83,7 +83,7 @@ def held(hold: Path, epochs: int = 1, **env: str) -> dict:
 
 def held_now(hold: Path):
     """Whether the training waits at a step (tests/holds.py says so)."""
-    return lambda: Path(f"{hold}.held").exists()
+    return held_marker(hold).exists
 
 
 def held_run(run: Path) -> Path:
@@ -158,17 +158,19 @@ def test_sigterm_stops_training_at_once_and_says_how_to_continue(tmp_path):
     assert not (runs / "r" / claims.CLAIM).exists()
 
 
-def test_ctrl_c_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path, shared_ray):
-    """Two trials of one worker, one at a time: the first held at epoch 2's first step, the second waiting."""
+def test_ctrl_c_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path):
+    """Two trials of one worker, one at a time: the first held at epoch 2's first step, the second waiting.
+    With a local Ray of its own: attached to the shared cluster, the interrupted sweep's job can leave a
+    placement group there that Ray keeps (the next command joining the cluster releases it)."""
     runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
-    grid = (*ONE_WORKER, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1, "--address", shared_ray)
+    grid = (*ONE_WORKER, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
     command = Command("sweep", "--config", SMOKE, *grid, *HOLD, "--storage", runs, "--name", "s", env=held(hold))
     wait_for(held_now(hold), "the first trial's training held at epoch 2's first step")
     before = contents(runs)
     ended = interrupt(command, signal.SIGINT, hold, "sweep")
 
     ended.assert_clean(128 + signal.SIGINT, "interrupted: continue with --name s --resume")
-    assert contents(runs) == before  # the trial, held, wrote nothing more
+    assert contents(runs) == before  # Ray's processes ignore Ctrl-C: the trial, held, wrote nothing more
     trials = [folder for folder in (runs / "s").iterdir() if folder.is_dir() and "=" in folder.name]
     assert len(trials) == 2 and not list(runs.rglob(".tmp-*")) and not list(runs.rglob(storage.WEIGHTS))
     assert not list(runs.rglob(claims.CLAIM)) and not (runs / "s" / "results.csv").exists()

@@ -18,7 +18,7 @@ from qml_ray import claims, config as config_lib, datasets, storage
 from qml_ray.runtime import ENDED
 
 from conftest import FILES, ray_cli, submit
-from holds import HOLD, HOLD_FILE
+from holds import HOLD, HOLD_FILE, held_marker
 from test_your_model import gradients_of
 
 pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
@@ -44,7 +44,7 @@ def scraped_epoch(cluster, run: str) -> float | None:
 def wait_until_held(hold: Path, cluster, job: str) -> None:
     """Until the job's training waits at a step for `hold` to go (tests/holds.py)."""
     deadline = time.monotonic() + 300
-    while not Path(f"{hold}.held").exists():
+    while not held_marker(hold).exists():
         assert time.monotonic() < deadline and cluster.job_status(job) not in ENDED, "the training was never held"
         time.sleep(0.5)
 

@@ -15,7 +15,7 @@ import pytest
 from qml_ray.errors import UsageError
 
 from conftest import ROOT, SMOKE, command_env, run_command, session_processes, wait_for
-from holds import HOLD, HOLD_FILE
+from holds import HOLD, HOLD_FILE, held_marker
 from test_bad_input import CPUS, assert_usage_error
 
 EPOCHS = 4  # the smoke config's 6, shortened: checkpoints at epochs 2 and 4
@@ -46,7 +46,7 @@ def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
             start_new_session=True,
         )
     try:
-        first_done, second_held = (first / "weights/_COMPLETE").is_file, Path(f"{hold}.held").exists
+        first_done, second_held = (first / "weights/_COMPLETE").is_file, held_marker(hold).exists
         wait_for(
             lambda: (first_done() and second_held()) or sweep.poll() is not None, "the first done, the second held"
         )
