@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from ray._private.utils import get_num_cpus
+from xdist.scheduler import LoadScopeScheduling
 
 import qml_ray  # noqa: F401  (first: it selects tf-keras before any test imports TensorFlow)
 
@@ -26,6 +27,40 @@ ROOT = Path(__file__).resolve().parents[1]
 CPUS = get_num_cpus()
 SMOKE = ROOT / "configs" / "smoke.yaml"
 TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
+
+
+# The test modules none of whose tests starts or joins a Ray. Under pytest-xdist (`-n 2`, as
+# pyproject.toml sets it) each of their tests may run on any worker, beside the rest; every other
+# test runs on one worker, one after another (two Rays at once would share /tmp/ray and the cores).
+WITHOUT_RAY = {"callbacks", "cli", "cluster", "config", "data", "docs", "gradients", "kernel_paths", "model"}
+WITHOUT_RAY |= {"ray_internals", "runs"}
+RAY_FIXTURES = {"shared_ray", "shared_cluster", "cluster", "multi_node_cluster", "trained_run", "run_copy"}
+
+
+def module_of(nodeid: str) -> str:
+    """The test module's name without its test_ prefix (tests/test_docs.py::test_x[1] -> docs)."""
+    return Path(nodeid.partition("::")[0]).stem.removeprefix("test_")
+
+
+class OneRayAtATime(LoadScopeScheduling):
+    """xdist's scheduling by scope, where the tests that may start or join a Ray are one scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return nodeid if module_of(nodeid) in WITHOUT_RAY else "ray"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return OneRayAtATime(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a test of a WITHOUT_RAY module that uses a Ray (a check of the list). Run the multi-node
+    cluster's tests last, so that the cluster stops as soon as they end."""
+    for item in items:
+        if module_of(item.nodeid) in WITHOUT_RAY and (uses := RAY_FIXTURES & set(item.fixturenames)):
+            raise pytest.UsageError(f"{item.nodeid} uses {sorted(uses)}: move it out of conftest.WITHOUT_RAY's modules")
+    items.sort(key=lambda item: "multi_node_cluster" in item.fixturenames)
 
 
 def require(found: bool, reason: str) -> None:

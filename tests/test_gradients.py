@@ -1,8 +1,7 @@
 """BlockAdjoint's gradients against TFQ's Adjoint and central differences of cirq's double-precision
 simulator, on the QCNN, on random circuits of every supported gate family (TFQ's own random circuits among
-them, with any controls), and in training."""
+them, with any controls). (In training: test_quantum_layers.)"""
 
-import csv
 import importlib
 import itertools
 import random
@@ -18,9 +17,6 @@ from qml_ray import config, kernel
 from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
-
-from conftest import TUTORIAL, run_command
-from test_your_model import gradients_of
 
 STEP = 1e-4  # central differences: error ~STEP^2 in double precision
 
@@ -721,26 +717,3 @@ def test_a_noise_channel_is_one_line_naming_the_route():
         forward_and_gradient(BlockAdjoint(), [circuit], SYMBOLS[:1], np.array([[0.3]]), [[cirq.Z(qubits[2])]], [[1.0]])
     lines = [line for line in str(raised.value).splitlines() if "cannot differentiate" in line]
     assert lines and "DepolarizingChannel" in lines[0] and "NoisyPQC" in lines[0] and "ParameterShift" in lines[0]
-
-
-EPOCHS = 5  # of the tutorial's 50
-
-
-def losses(path) -> list[float]:
-    with open(path / "metrics.csv") as f:
-        return [float(row["loss"]) for row in csv.DictReader(f)]
-
-
-def test_training_with_block_and_tfq_gradients_agree(trained_run, tmp_path, shared_ray):
-    """The tutorial's model on 2 workers, MultiWorkerMirroredStrategy on Ray Train, the same seed: the
-    same losses, epoch by epoch, with TFQ's gradient as with the block gradient (the session's
-    tutorial run, conftest.trained_run)."""
-    options = ("--workers", 2, "--epochs", EPOCHS, "--differentiator", "tfq", "--storage", tmp_path, "--name", "tfq")
-    done = run_command("train", "--config", TUTORIAL, *options, "--address", shared_ray)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert gradients_of(trained_run.path) == [("qcnn", "BlockAdjoint")]
-    assert gradients_of(tmp_path / "tfq") != gradients_of(trained_run.path)
-    block, tfq_losses = losses(trained_run.path)[:EPOCHS], losses(tmp_path / "tfq")
-    assert len(block) == len(tfq_losses) == EPOCHS
-    assert block[-1] < block[0]  # it learns
-    np.testing.assert_allclose(block, tfq_losses, atol=1e-3, rtol=0)

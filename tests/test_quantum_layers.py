@@ -1,7 +1,9 @@
 """The quantum gradient each TFQ layer of any model gets from the config's `differentiator`, built in
 this process (real TFQ): the examples' gradients through the block method against TFQ's Adjoint, a
-differentiator the model chose, a noise channel, and `block` where it cannot be had."""
+differentiator the model chose, a noise channel, and `block` where it cannot be had; and the tutorial
+trained with TFQ's gradient against its run with the block gradient."""
 
+import csv
 import importlib
 import inspect
 import json
@@ -17,7 +19,8 @@ import tensorflow_quantum as tfq
 from qml_ray import config as config_lib, contract, storage
 from qml_ray.worker import record_gradients
 
-from conftest import run_command
+from conftest import TUTORIAL, run_command
+from test_your_model import gradients_of
 
 BATCH = 16
 QUBITS = cirq.LineQubit.range(2)
@@ -161,3 +164,26 @@ def test_the_memory_check_counts_the_models_and_the_datas_qubits(shared_ray):
             require_state_memory(on_qubits(4), data, 1)
     finally:
         ray.shutdown()
+
+
+TFQ_EPOCHS = 5  # of the tutorial's 50
+
+
+def losses(path) -> list[float]:
+    with open(path / "metrics.csv") as f:
+        return [float(row["loss"]) for row in csv.DictReader(f)]
+
+
+def test_training_with_block_and_tfq_gradients_agree(trained_run, tmp_path, shared_ray):
+    """The tutorial's model on 2 workers, MultiWorkerMirroredStrategy on Ray Train, the same seed: the
+    same losses, epoch by epoch, with TFQ's gradient as with the block gradient (the session's
+    tutorial run, conftest.trained_run)."""
+    options = ("--workers", 2, "--epochs", TFQ_EPOCHS, "--differentiator", "tfq", "--storage", tmp_path)
+    done = run_command("train", "--config", TUTORIAL, *options, "--name", "tfq", "--address", shared_ray)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert gradients_of(trained_run.path) == [("qcnn", "BlockAdjoint")]
+    assert gradients_of(tmp_path / "tfq") != gradients_of(trained_run.path)
+    block, tfq_losses = losses(trained_run.path)[:TFQ_EPOCHS], losses(tmp_path / "tfq")
+    assert len(block) == len(tfq_losses) == TFQ_EPOCHS
+    assert block[-1] < block[0]  # it learns
+    np.testing.assert_allclose(block, tfq_losses, atol=1e-3, rtol=0)
