@@ -32,8 +32,8 @@ TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 # The test modules none of whose tests starts or joins a Ray. Under pytest-xdist (`-n 2`, as
 # pyproject.toml sets it) each of their tests may run on any worker, beside the rest; every other
 # test runs on one worker, one after another (two Rays at once would share /tmp/ray and the cores).
-WITHOUT_RAY = {"callbacks", "cli", "cluster", "config", "data", "docs", "gradients", "kernel_paths", "model"}
-WITHOUT_RAY |= {"ray_internals", "runs"}
+WITHOUT_RAY = {"bench", "callbacks", "cli", "cluster", "config", "data", "docs", "gcs_errors", "gradients"}
+WITHOUT_RAY |= {"kernel_paths", "model", "ray_internals", "runs"}
 RAY_FIXTURES = {"shared_ray", "shared_cluster", "cluster", "multi_node_cluster", "trained_run", "run_copy"}
 
 

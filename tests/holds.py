@@ -7,13 +7,12 @@ Every worker, wherever it runs (a local Ray, a shared cluster, another node of a
 waits before each training step from the first after N epochs while rank 0 sees the file, but for one
 step once Ray Train reports a node of the run draining (the drain's checkpoint comes at that step's
 end; then it waits again). Inference held: the run's model is `held_qcnn`, the QCNN whose calls in
-`infer`'s actors wait while the file that HOLD_ENV names in the command's environment exists. While
-they wait, FILE.held exists. The test starts the command with the file in place, waits for FILE.held,
+`infer`'s actors, wherever they run, wait while the file its `hold` param names exists. While they
+wait, FILE.held exists. The test starts the command with the file in place, waits for FILE.held,
 injects its fault (a signal, a second command, a drain notice, a lost node), then removes the file.
 Nothing here depends on how fast the machine is.
 """
 
-import os
 import time
 from pathlib import Path
 
@@ -22,7 +21,6 @@ import tensorflow as tf
 from ray.train.collective import broadcast_from_rank_zero
 
 HOLD_FILE = "hold"  # a held training's file, in a folder above its run's
-HOLD_ENV = "QML_RAY_HOLD"  # names a held inference's file
 HOLD = ("--callbacks", "tests.holds:hold")  # a command's options for a held training
 POLL_SECONDS = 0.2
 
@@ -69,17 +67,19 @@ class HoldAtStep(tf.keras.callbacks.Callback):
         return None
 
 
-def held_qcnn(qubits: int, layers: int, hidden_activation: str, learning_rate: float, seed: int) -> tf.keras.Model:
+def held_qcnn(
+    qubits: int, layers: int, hidden_activation: str, learning_rate: float, seed: int, hold: str
+) -> tf.keras.Model:
     """The QCNN (qml_ray.model:qcnn, so a QCNN run's weights load into it), whose eager calls (an
-    inference actor's, one per batch) first wait while the file HOLD_ENV names exists."""
+    inference actor's, one per batch) first wait while the file `hold` exists."""
     from qml_ray.model import qcnn
 
     model = qcnn(qubits, layers, hidden_activation, learning_rate, seed)
     call = model.call
 
     def held_call(inputs, training=None, mask=None):
-        while tf.executing_eagerly() and Path(os.environ[HOLD_ENV]).exists():
-            held_marker(os.environ[HOLD_ENV]).touch()
+        while tf.executing_eagerly() and Path(hold).exists():
+            held_marker(hold).touch()
             time.sleep(POLL_SECONDS)
         return call(inputs, training=training, mask=mask)
 

@@ -22,10 +22,11 @@ from qml_ray import checkpoints, claims, config as config_lib, interrupts, stora
 from qml_ray.errors import UsageError
 
 from conftest import ROOT, SMOKE, command_env, require, run_command, wait_for
-from holds import HOLD, HOLD_ENV, HOLD_FILE, held_marker
+from holds import HOLD, HOLD_FILE, held_marker
 from test_bad_input import snapshot
 from test_end_to_end import epoch_lines
 
+MARK_ENV = "QML_RAY_TEST_HOLD"  # in a command's environment: marks its processes, and its local Ray's
 STOP_SECONDS = 10  # a signal stops the training within this
 REFUSE_SECONDS = 30  # a second writer is refused within this (before its Ray starts)
 
@@ -75,10 +76,10 @@ class Command:
 
 def held(hold: Path, epochs: int = 1, **env: str) -> dict:
     """A command's environment whose training (given HOLD; `hold` is the test's HOLD_FILE) waits after
-    `epochs` epochs while `hold` exists, or whose inference (of a held_run) waits while it exists. HOLD_ENV
-    names `hold` in it, which marks the command's processes, and its local Ray's."""
+    `epochs` epochs while `hold` exists. MARK_ENV names `hold` in it, which marks the command's
+    processes, and its local Ray's."""
     hold.write_text(str(epochs))
-    return command_env(**{HOLD_ENV: str(hold)}, **env)
+    return command_env(**{MARK_ENV: str(hold)}, **env)
 
 
 def held_now(hold: Path):
@@ -86,16 +87,18 @@ def held_now(hold: Path):
     return held_marker(hold).exists
 
 
-def held_run(run: Path) -> Path:
-    """The QCNN run `run`, its model now holds.held_qcnn: the same QCNN, whose inference waits."""
-    config = config_lib.of_run(str(run)).replace(model="tests.holds:held_qcnn")
+def held_run(run: Path, hold: Path) -> Path:
+    """The QCNN run `run`, its model now holds.held_qcnn: the same QCNN, whose inference waits while
+    `hold` exists (created here)."""
+    hold.touch()
+    config = config_lib.of_run(str(run)).replace(model="tests.holds:held_qcnn", params={"hold": str(hold)})
     storage.write_text(storage.join(str(run), storage.CONFIG), config.to_yaml())
     return run
 
 
 def processes_holding(hold: Path) -> list[int]:
     """The processes (the command, its Ray's workers) whose environment names the hold file."""
-    marker = f"{HOLD_ENV}={hold}".encode()
+    marker = f"{MARK_ENV}={hold}".encode()
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -176,9 +179,9 @@ def test_ctrl_c_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path):
     assert not list(runs.rglob(claims.CLAIM)) and not (runs / "s" / "results.csv").exists()
 
 
-def test_ctrl_c_stops_inference_at_once_leaving_no_predictions(run_copy, tmp_path):
+def test_ctrl_c_stops_inference_at_once_leaving_no_predictions(run_copy, tmp_path, shared_ray):
     hold = tmp_path / "hold"
-    command = Command("infer", "--run", held_run(run_copy), env=held(hold))
+    command = Command("infer", "--run", held_run(run_copy, hold), "--address", shared_ray, env=held(hold))
     wait_for(held_now(hold), "inference held at its first batch")
     before = contents(run_copy)
     ended = interrupt(command, signal.SIGINT, hold, "infer")
