@@ -1,6 +1,5 @@
 """Shared fixtures: the commands run as a user runs them, in subprocesses with their own local Ray."""
 
-import contextlib
 import importlib
 import json
 import os
@@ -62,30 +61,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if module_of(item.nodeid) in WITHOUT_RAY and (uses := RAY_FIXTURES & set(item.fixturenames)):
             raise pytest.UsageError(f"{item.nodeid} uses {sorted(uses)}: move it out of conftest.WITHOUT_RAY's modules")
     items.sort(key=lambda item: "multi_node_cluster" in item.fixturenames)
-
-
-YIELDING = 10  # the niceness a test without Ray adds beside the Ray tests (the suite's longest path)
-
-
-@pytest.fixture(autouse=True)
-def yield_to_ray(request):
-    """Under pytest-xdist, a test of a WITHOUT_RAY module runs at a lower priority (every thread of
-    its process, and what they start), so that it takes only the CPU the Ray tests leave idle."""
-    if "PYTEST_XDIST_WORKER" not in os.environ or module_of(request.node.nodeid) not in WITHOUT_RAY:
-        yield
-        return
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    set_priority(before + YIELDING)
-    yield
-    with contextlib.suppress(PermissionError):  # raising it back needs root (CI's case); else it stays low
-        set_priority(before)
-
-
-def set_priority(niceness: int) -> None:
-    """Set every thread of this process to `niceness` (Linux keeps one per thread)."""
-    for thread in os.listdir("/proc/self/task"):
-        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
-            os.setpriority(os.PRIO_PROCESS, int(thread), niceness)
 
 
 def require(found: bool, reason: str) -> None:
