@@ -455,6 +455,14 @@ class LocalCluster:
         """The job's status (PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED), as `ray job status` asks the dashboard."""
         return self.get(f"/api/jobs/{job}")["status"]
 
+    def job_logs(self, job: str) -> str:
+        """The job's log (its driver's output), as `ray job logs` asks the dashboard."""
+        return self.get(f"/api/jobs/{job}/logs")["logs"]
+
+    def jobs(self) -> list[dict]:
+        """Every job, submitted or a client's, as `ray list jobs` asks the dashboard."""
+        return self.get("/api/jobs/")
+
 
 @pytest.fixture(scope="session")
 def multi_node_cluster(tmp_path_factory):

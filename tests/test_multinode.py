@@ -3,7 +3,6 @@ machine (scripts/local_cluster.sh): a head that runs no work and two worker node
 like the RayCluster on GKE."""
 
 import hashlib
-import json
 import re
 import time
 import urllib.request
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
 EPOCHS = 3  # the training is held after the first until its exported epoch gauge is scraped
 SEED = 5  # the user's model's run: which rows are held out for validation
 TEST_FRACTION = 0.25
-GAUGE_SECONDS = 5  # more than Ray keeps a gauge not set again: 2 export intervals of 1 s (conftest.cluster)
+GAUGE_SECONDS = 3  # more than Ray keeps a gauge not set again: 2 export intervals of 1 s (conftest.cluster)
 
 
 def scraped_epoch(cluster, run: str) -> float | None:
@@ -72,7 +71,7 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     started = time.monotonic()
     ray_cli(env, "job", "stop", train, "--address", url)
     stopped_after = time.monotonic() - started
-    logs = ray_cli(env, "job", "logs", train, "--address", url)
+    logs = cluster.job_logs(train)
     assert exported == 1
     assert cluster.job_status(train) == "STOPPED"
     assert logs.strip().splitlines()[-1] == "interrupted: continue with --name mine --resume", logs[-3000:]
@@ -94,7 +93,7 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
 
     hold.unlink()
     resumed = submit(url, env, *command, "--resume", "--data-in-memory-mb", 1, working_dir=user_project)
-    logs = ray_cli(env, "job", "logs", resumed, "--address", url)
+    logs = cluster.job_logs(resumed)
     assert cluster.job_status(resumed) == "SUCCEEDED", logs[-3000:]
     # No checkpoint before the stop (every 5 epochs and the last): the run starts again from epoch 1.
     assert [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", logs, re.M)] == list(range(1, EPOCHS + 1))
@@ -114,13 +113,12 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
 
     infer = submit(url, env, "qml_ray.infer", "--run", run, working_dir=user_project)  # the held-out rows
     assert cluster.job_status(infer) == "SUCCEEDED"
-    assert re.search(r"^loss \d\.\d+$", ray_cli(env, "job", "logs", infer, "--address", url), re.M)
+    assert re.search(r"^loss \d\.\d+$", cluster.job_logs(infer), re.M)
     [out] = (run / storage.PREDICTIONS).iterdir()
     predicted = pq.read_table(out).to_pandas()
     assert sorted(predicted["id"]) == sorted(rows["id"][held_out])
     assert predicted["prediction"].dtype == np.float32 and predicted["prediction"].notna().all()
-    jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", url))
-    assert {job["type"] for job in jobs} == {"SUBMISSION"}  # no job of the script's (a client joining Ray)
+    assert {job["type"] for job in cluster.jobs()} == {"SUBMISSION"}  # no job of the script's (a client joining Ray)
     print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
 
 
@@ -155,7 +153,7 @@ def test_sweep_job_over_a_users_model_on_the_multi_node_cluster(cluster, tmp_pat
     grid = ("--grid", "param.readout_layers=1,2", "--storage", tmp_path, "--name", "layers")
     job = submit(url, env, "qml_ray.sweep", *options, *grid)
     assert cluster.job_status(job) == "SUCCEEDED"
-    logs = ray_cli(env, "job", "logs", job, "--address", url)
+    logs = cluster.job_logs(job)
 
     sweep = tmp_path / "layers"
     runs = trial_folders(sweep)

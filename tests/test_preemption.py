@@ -121,7 +121,7 @@ def follow(cluster, job: str) -> str:
     """The job's log, once it has ended: its own lines only (`ray job logs --follow` adds a failed
     job's status message, which repeats the log's last lines)."""
     wait_for(lambda: cluster.job_status(job) in ENDED, f"job {job} ended", 600)
-    return ray_cli(cluster.env, "job", "logs", job, "--address", cluster.url)
+    return cluster.job_logs(job)
 
 
 def assert_every_epoch_once(run: Path, last: int = EPOCHS) -> None:
