@@ -89,8 +89,7 @@ def held_now(hold: Path):
 
 def held_run(run: Path, hold: Path) -> Path:
     """The QCNN run `run`, its model now holds.held_qcnn: the same QCNN, whose inference waits while
-    `hold` exists (created here)."""
-    hold.touch()
+    `hold` (written by `held`) exists."""
     config = config_lib.of_run(str(run)).replace(model="tests.holds:held_qcnn", params={"hold": str(hold)})
     storage.write_text(storage.join(str(run), storage.CONFIG), config.to_yaml())
     return run
@@ -164,7 +163,7 @@ def test_sigterm_stops_training_at_once_and_says_how_to_continue(tmp_path):
 def test_ctrl_c_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path):
     """Two trials of one worker, one at a time: the first held at epoch 2's first step, the second waiting.
     With a local Ray of its own: attached to the shared cluster, the interrupted sweep's job can leave a
-    placement group there that Ray keeps (the next command joining the cluster releases it)."""
+    placement group there that Ray keeps (a resumed sweep joining after it did not release it either)."""
     runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
     grid = (*ONE_WORKER, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
     command = Command("sweep", "--config", SMOKE, *grid, *HOLD, "--storage", runs, "--name", "s", env=held(hold))

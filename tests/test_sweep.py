@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -54,10 +53,7 @@ def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
     finally:
         os.killpg(sweep.pid, signal.SIGKILL)
         sweep.wait()
-    deadline = time.monotonic() + 30
-    while session_processes(sweep.pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not session_processes(sweep.pid), "processes of the killed sweep are left"
+    wait_for(lambda: not session_processes(sweep.pid), "every process of the killed sweep gone", 30)
     assert not (second / "weights").exists()
     finished = (first / "weights/_COMPLETE").stat().st_mtime_ns, (first / "metrics.csv").read_text()
     before = pd.read_csv(second / "metrics.csv")
