@@ -79,11 +79,12 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
 
 
 def release_reservations_of_ended_jobs() -> None:
-    """Remove the placement groups left by jobs that have ended and have no actor alive, saying so
-    in one line on stderr. Ray removes a job's placement groups as it ends it, but keeps for good one
-    that an actor of the job asks for meanwhile (Ray Train starting a killed command's workers again,
-    say): its CPUs would stay reserved, and the next run would wait for them in vain. Best effort: a
-    cluster whose state API does not answer (no dashboard), or answers in part, keeps them all."""
+    """Remove the placement groups left by jobs that have ended, but those an actor still alive asked
+    for (a detached one's), saying so in one line on stderr. Ray removes a job's placement groups as
+    it ends it, but keeps for good one that an actor of the job asks for meanwhile (Ray Train starting
+    a killed command's workers again, say): its CPUs would stay reserved, and the next run would wait
+    for them in vain. Best effort: a cluster whose state API does not answer (no dashboard), or
+    answers in part, keeps them all."""
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
     try:
@@ -98,15 +99,21 @@ def release_reservations_of_ended_jobs() -> None:
 
 
 def reservations_of_ended_jobs(address: str) -> list:
-    """The placement groups (state API records) not removed nor detached, of jobs that have ended and
-    have no actor alive; an exception unless every list came whole."""
+    """The placement groups (state API records) not removed nor detached, of jobs that have ended,
+    which no actor alive asked for; an exception unless every list came whole. A job's live actors
+    alone do not keep its groups: the first job on a cluster to run Ray Train or Ray Data starts
+    their detached actors, which serve every later job."""
     from ray.util.state import list_actors, list_jobs, list_placement_groups
 
+    from qml_ray import ray_internals
+
     listed = {"address": address, "limit": LISTED, "timeout": STATE_SECONDS}
-    ended = {job.job_id for job in list_jobs(**listed) if job.status in ENDED}
-    ended -= {actor.job_id for actor in list_actors(filters=[("state", "!=", "DEAD")], **listed)}
     groups = list_placement_groups(filters=[("state", "!=", "REMOVED")], detail=True, **listed)
-    return [group for group in groups if group.creator_job_id in ended and not group.is_detached]
+    creators = ray_internals.placement_group_creators()
+    ended = {job.job_id for job in list_jobs(**listed) if job.status in ENDED}
+    alive = {actor.actor_id for actor in list_actors(filters=[("state", "!=", "DEAD")], **listed)}
+    left = [group for group in groups if group.creator_job_id in ended and not group.is_detached]
+    return [group for group in left if creators.get(group.placement_group_id) not in alive]
 
 
 ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}  # a job's status once its driver has gone

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import yaml
 from ray import tune
+from ray.tune.progress_reporter import TrialProgressCallback
 
 from qml_ray import claims, cli, config as config_lib, contract, interrupts, results, runtime, storage, train
 from qml_ray.errors import UsageError, one_line
@@ -240,11 +241,17 @@ def error_text(error: BaseException) -> str:
     return one_line(getattr(error, "cause", None) or error)
 
 
-class TrialLines(tune.Callback):
-    """Prints one line per trial as it finishes, stops early or fails."""
+class TrialLines(TrialProgressCallback):
+    """Prints one line per trial as it finishes, stops early or fails: in place of Tune's own progress
+    lines (a progress callback given, Tune adds none), whose "Trial ... completed" came even at verbose=0
+    for every trial finished before a --resume."""
 
     def __init__(self, trials: list[Trial], metric: str):
+        super().__init__()
         self.trials, self.metric = {trial.name: trial for trial in trials}, metric
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        pass
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.print(trial)

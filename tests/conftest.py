@@ -476,6 +476,9 @@ def multi_node_cluster(tmp_path_factory):
         DASHBOARD_PORT=str(free_port()),
         RAY_AUTH_MODE="token",
         RAY_metrics_report_interval_ms="1000",  # workers export metrics every second (Ray's default: 10)
+        # A lost node is found dead after 3 failed health checks 1 s apart (Ray's default: 5, 3 s apart).
+        RAY_health_check_period_ms="1000",
+        RAY_health_check_failure_threshold="3",
     )
     local = LocalCluster(f"http://127.0.0.1:{env['DASHBOARD_PORT']}", env)
 

@@ -163,7 +163,7 @@ def test_sigterm_stops_training_at_once_and_says_how_to_continue(tmp_path):
 def test_ctrl_c_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path):
     """Two trials of one worker, one at a time: the first held at epoch 2's first step, the second waiting.
     With a local Ray of its own: attached to the shared cluster, the interrupted sweep's job can leave a
-    placement group there that Ray keeps (a resumed sweep joining after it did not release it either)."""
+    placement group there that Ray keeps until the next command joining the cluster releases it."""
     runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
     grid = (*ONE_WORKER, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
     command = Command("sweep", "--config", SMOKE, *grid, *HOLD, "--storage", runs, "--name", "s", env=held(hold))

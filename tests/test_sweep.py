@@ -71,6 +71,8 @@ def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
     table = pd.read_csv(tmp_path / "k/results.csv")
     assert len(table) == 2 and set(table["state"]) == {"finished"}
     assert "trial epochs=8-seed=7: finished, 8 epochs" in done.stdout
+    firsts = [line.split()[0] for line in done.stdout.splitlines()]  # its own lines only, none of Tune's
+    assert firsts == ["sweep", "trial", "trial", "results:", "best"], done.stdout
 
 
 @pytest.mark.parametrize(
