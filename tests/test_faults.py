@@ -125,8 +125,8 @@ def contents(folder: Path) -> dict:
     }
 
 
-# Signals: SIGTERM (as `kill` and Kubernetes send it) to a training, Ctrl-C to a sweep and to an
-# inference; Ctrl-C to a training comes in the two-commands test below.
+# Signals: SIGTERM (as `kill` and Kubernetes send it) to a training, Ctrl-C to an inference; Ctrl-C to
+# a training comes in the two-commands test below, to a sweep (and its resume) in test_sweep.
 
 ONE_WORKER = ("--workers", 1)  # a held training's options: how many workers does not matter here
 
@@ -158,24 +158,6 @@ def test_sigterm_stops_training_at_once_and_says_how_to_continue(tmp_path):
     # checkpoint on the way out; whatever was written is whole or recognisably not.
     assert not list(runs.rglob(".tmp-*")) and not (runs / "r" / storage.WEIGHTS).exists()
     assert not (runs / "r" / claims.CLAIM).exists()
-
-
-def test_ctrl_c_stops_a_sweep_at_once_and_says_how_to_continue(tmp_path):
-    """Two trials of one worker, one at a time: the first held at epoch 2's first step, the second waiting.
-    With a local Ray of its own: attached to the shared cluster, the interrupted sweep's job can leave a
-    placement group there that Ray keeps until the next command joining the cluster releases it."""
-    runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
-    grid = (*ONE_WORKER, "--grid", "learning_rate=0.05,0.1", "--max-concurrent", 1)
-    command = Command("sweep", "--config", SMOKE, *grid, *HOLD, "--storage", runs, "--name", "s", env=held(hold))
-    wait_for(held_now(hold), "the first trial's training held at epoch 2's first step")
-    before = contents(runs)
-    ended = interrupt(command, signal.SIGINT, hold, "sweep")
-
-    ended.assert_clean(128 + signal.SIGINT, "interrupted: continue with --name s --resume")
-    assert contents(runs) == before  # Ray's processes ignore Ctrl-C: the trial, held, wrote nothing more
-    trials = [folder for folder in (runs / "s").iterdir() if folder.is_dir() and "=" in folder.name]
-    assert len(trials) == 2 and not list(runs.rglob(".tmp-*")) and not list(runs.rglob(storage.WEIGHTS))
-    assert not list(runs.rglob(claims.CLAIM)) and not (runs / "s" / "results.csv").exists()
 
 
 def test_ctrl_c_stops_inference_at_once_leaving_no_predictions(run_copy, tmp_path, shared_ray):

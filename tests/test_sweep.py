@@ -1,67 +1,58 @@
 """`python -m qml_ray.sweep`: real Ray Tune running real trainings of the smoke config, each trial
-its own Ray Train run and run folder; killed part way and resumed, which trials share a data set,
-and every bad input. The sweep as a job on the multi-node cluster: test_multinode."""
+its own Ray Train run and run folder; stopped with Ctrl-C part way and resumed, which trials share
+a data set, and every bad input. The sweep as a job on the multi-node cluster: test_multinode."""
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from qml_ray import claims
 from qml_ray.errors import UsageError
 
-from conftest import ROOT, SMOKE, command_env, run_command, session_processes, wait_for
+from conftest import SMOKE, run_command, wait_for
 from holds import HOLD, HOLD_FILE, held_marker
 from test_bad_input import CPUS, assert_usage_error
+from test_faults import Command, contents, held, interrupt
 
 EPOCHS = 4  # the smoke config's 6, shortened: checkpoints at epochs 2 and 4
 SMALL = ("--config", SMOKE, "--workers", 1, "--epochs", EPOCHS)  # the sweep job's too (test_multinode)
 
 
-def sweep_command(storage: Path, address: str) -> list[str]:
+def sweep_args(storage: Path, address: str) -> list:
     """Two trials side by side on the cluster at `address`, one of 3 epochs and one of 8, held (given a
     hold file) at the longer one's 4th epoch, past its first checkpoint (epoch 2)."""
     options = ("--grid", "epochs=3,8", "--checkpoint-every", 2, *HOLD, "--address", address)
-    return [sys.executable, "-m", "qml_ray.sweep", *map(str, (*SMALL, *options, "--storage", storage, "--name", "k"))]
+    return [*SMALL, *options, "--storage", storage, "--name", "k"]
 
 
-def test_resume_after_the_sweep_is_killed(tmp_path, shared_ray):
-    """Killed (its driver, and with it every process of its job) once the shorter trial has finished and
-    the longer is held past its first checkpoint; --resume keeps the first and continues the second
-    from that checkpoint."""
+def test_ctrl_c_stops_the_sweep_at_once_and_resume_continues_it(tmp_path, shared_ray):
+    """Ctrl-C once the shorter trial has finished and the longer is held past its first checkpoint: the
+    command exits at once, saying how to continue, and nothing more is written. --resume keeps the first
+    trial and continues the second from that checkpoint; joining, it releases whatever the interrupted
+    job left reserved on the cluster (shared_ray checks that nothing is)."""
     first, second, hold = tmp_path / "k/epochs=3-seed=7", tmp_path / "k/epochs=8-seed=7", tmp_path / HOLD_FILE
-    hold.write_text("3")
-    output = tmp_path / "killed.log"
-    with open(output, "w") as out:
-        sweep = subprocess.Popen(
-            sweep_command(tmp_path, shared_ray),
-            cwd=ROOT,
-            env=command_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        first_done, second_held = (first / "weights/_COMPLETE").is_file, held_marker(hold).exists
-        wait_for(
-            lambda: (first_done() and second_held()) or sweep.poll() is not None, "the first done, the second held"
-        )
-        assert first_done() and sweep.poll() is None, output.read_text()[-3000:]
-    finally:
-        os.killpg(sweep.pid, signal.SIGKILL)
-        sweep.wait()
-    wait_for(lambda: not session_processes(sweep.pid), "every process of the killed sweep gone", 30)
-    assert not (second / "weights").exists()
+    sweep = Command("sweep", *sweep_args(tmp_path, shared_ray), env=held(hold, epochs=3))
+    first_done, second_held = (first / "weights/_COMPLETE").is_file, held_marker(hold).exists
+    wait_for(
+        lambda: (first_done() and second_held()) or sweep.process.poll() is not None, "the first done, the second held"
+    )
+    assert first_done() and sweep.process.poll() is None, sweep.end().stderr[-3000:]
+    held_trial = contents(second)
+    ended = interrupt(sweep, signal.SIGINT, hold, "sweep")
+
+    ended.assert_clean(128 + signal.SIGINT, "interrupted: continue with --name k --resume")
+    assert contents(second) == held_trial  # Ray's processes ignore Ctrl-C: the trial, held, wrote nothing more
+    assert not (second / "weights").exists() and not (tmp_path / "k/results.csv").exists()
+    assert not list(tmp_path.rglob(".tmp-*")) and not list(tmp_path.rglob(claims.CLAIM))
     finished = (first / "weights/_COMPLETE").stat().st_mtime_ns, (first / "metrics.csv").read_text()
     before = pd.read_csv(second / "metrics.csv")
     assert before["epoch"].tolist() == [1, 2, 3]
 
     hold.unlink()
-    resume = [*sweep_command(tmp_path, shared_ray), "--resume"]
-    done = subprocess.run(resume, cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=300)
+    done = run_command("sweep", *sweep_args(tmp_path, shared_ray), "--resume", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert finished == ((first / "weights/_COMPLETE").stat().st_mtime_ns, (first / "metrics.csv").read_text())
     after = pd.read_csv(second / "metrics.csv")
