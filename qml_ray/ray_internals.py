@@ -1,6 +1,6 @@
 """What qml_ray takes from Ray's private modules, kept in this one module, and why.
 
-Ray 2.60 offers no public API for either:
+Ray 2.60 offers no public API for any of these:
 
 - `TrainingFramework` (ray.train.v2._internal.util): the `framework` a Ray Train BackendConfig
   names, which the dashboard's Train view shows with its version. Ray's own TensorflowConfig

@@ -36,12 +36,17 @@ def test_ctrl_c_stops_the_sweep_at_once_and_resume_continues_it(tmp_path, shared
     first, second, hold = tmp_path / "k/epochs=3-seed=7", tmp_path / "k/epochs=8-seed=7", tmp_path / HOLD_FILE
     sweep = Command("sweep", *sweep_args(tmp_path, shared_ray), env=held(hold, epochs=3))
     first_done, second_held = (first / "weights/_COMPLETE").is_file, held_marker(hold).exists
-    wait_for(
-        lambda: (first_done() and second_held()) or sweep.process.poll() is not None, "the first done, the second held"
-    )
-    assert first_done() and sweep.process.poll() is None, sweep.end().stderr[-3000:]
-    held_trial = contents(second)
-    ended = interrupt(sweep, signal.SIGINT, hold, "sweep")
+    try:
+        wait_for(
+            lambda: (first_done() and second_held()) or sweep.process.poll() is not None,
+            "the first done, the second held",
+        )
+        assert first_done() and sweep.process.poll() is None, sweep.end().stderr[-3000:]
+        held_trial = contents(second)
+        ended = interrupt(sweep, signal.SIGINT, hold, "sweep")
+    finally:
+        if sweep.process.poll() is None:  # failed before its Ctrl-C: nothing of it may hold the cluster
+            os.killpg(sweep.process.pid, signal.SIGKILL)
 
     ended.assert_clean(128 + signal.SIGINT, "interrupted: continue with --name k --resume")
     assert contents(second) == held_trial  # Ray's processes ignore Ctrl-C: the trial, held, wrote nothing more
