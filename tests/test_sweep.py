@@ -46,7 +46,7 @@ def test_ctrl_c_stops_the_sweep_at_once_and_resume_continues_it(tmp_path, shared
         ended = interrupt(sweep, signal.SIGINT, hold, "sweep")
     finally:
         if sweep.process.poll() is None:  # failed before its Ctrl-C: nothing of it may hold the cluster
-            os.killpg(sweep.process.pid, signal.SIGKILL)
+            sweep.signal(signal.SIGKILL)
 
     ended.assert_clean(128 + signal.SIGINT, "interrupted: continue with --name k --resume")
     assert contents(second) == held_trial  # Ray's processes ignore Ctrl-C: the trial, held, wrote nothing more
