@@ -6,9 +6,9 @@ infers as `python -m qml_ray.infer` does (see qml_ray.api).
 
 import os
 
-# TFQ layers are tf-keras layers: Keras 2 must be chosen before TensorFlow is imported.
-# Ray workers get the same variable through the job's runtime environment (runtime.py).
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# TFQ layers are tf-keras layers: Keras 2 must be chosen before TensorFlow is imported, whatever the
+# shell says (TFQ fails under Keras 3). Ray workers get the same through the job's runtime environment.
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 __all__ = ["fit", "predict"]

@@ -11,19 +11,35 @@ Ray 2.60 offers no public API for any of these:
 - `placement_group_creators`: which actor asked for each placement group, from Ray's GCS table
   (ray._private.state). The state API lists a group's job, not its actor; runtime.py keeps a group
   of an ended job whose creator is alive (a detached actor's), and releases the rest.
+- `token_authentication` and `gcs_refuses`: whether this process uses Ray's token authentication,
+  and with which token (ray._raylet), and whether a cluster's GCS refuses a call with a given token,
+  by one call of its own gRPC API (ray.core.generated). Joining a cluster whose authentication
+  differs, Ray either retries for 20 s or joins and then loses every actor it starts; runtime.py
+  asks first, and says in one line what to set.
 
 Private modules change without notice: RAY_VERSION is the Ray these were checked against, and a
 test fails as soon as the installed Ray is another, so that they are checked again.
 """
 
+import grpc
 from ray._private.state import state
+from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode
+from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.core.generated.gcs_pb2 import PlacementGroupTableData
+from ray.exceptions import AuthenticationError
 from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
 from ray.train.v2._internal.util import TrainingFramework
 
 RAY_VERSION = "2.60.0"
 
-__all__ = ["RAY_VERSION", "TrainingFramework", "WorkerGroupStartupTimeoutError", "placement_group_creators"]
+__all__ = [
+    "RAY_VERSION",
+    "TrainingFramework",
+    "WorkerGroupStartupTimeoutError",
+    "gcs_refuses",
+    "placement_group_creators",
+    "token_authentication",
+]
 
 
 def placement_group_creators() -> dict[str, str]:
@@ -31,3 +47,31 @@ def placement_group_creators() -> dict[str, str]:
     cluster this process has joined (ray.init)."""
     groups = map(PlacementGroupTableData.FromString, state._connect_and_get_accessor().get_placement_group_table())
     return {group.placement_group_id.hex(): group.creator_actor_id.hex() for group in groups if group.creator_actor_id}
+
+
+def token_authentication() -> tuple[bool, str | None]:
+    """Whether this process joins Ray with token authentication (RAY_AUTH_MODE=token), and then the token
+    it gives (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), None if it has none. Without
+    token authentication no token is loaded: a token Ray has loaded, its own servers in this process
+    require of every caller."""
+    if get_authentication_mode() != AuthenticationMode.TOKEN:
+        return False, None
+    loader = AuthenticationTokenLoader.instance()
+    try:
+        return True, loader.get_raw_token() if loader.has_token() else None
+    except AuthenticationError:  # no token where Ray looks (a RAY_AUTH_TOKEN_PATH that cannot be read, say)
+        return True, None
+
+
+def gcs_refuses(address: str, token: str | None, timeout: float) -> bool | None:
+    """Whether the GCS at `address` (host:port) refuses a call that gives `token` (None: no token) as
+    unauthenticated; None when it does not answer as a GCS (nothing there, TLS, another server)."""
+    metadata = [("authorization", f"Bearer {token}")] if token else []
+    with grpc.insecure_channel(address) as channel:
+        try:
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+                gcs_service_pb2.GetClusterIdRequest(), metadata=metadata, timeout=timeout
+            )
+        except grpc.RpcError as err:
+            return True if err.code() == grpc.StatusCode.UNAUTHENTICATED else None
+    return False

@@ -10,7 +10,7 @@ import time
 import ray
 
 from qml_ray import config, interrupts
-from qml_ray.errors import UsageError
+from qml_ray.errors import EnvironmentProblem, UsageError
 
 # Seconds between Ray Train's polls of its workers (Ray's default: 2). A worker's ray.train.report
 # waits until the previous report has been collected, so with the default every epoch shorter
@@ -55,7 +55,10 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
         os.environ.pop("RAY_ADDRESS", None)
     if address is None:  # never a cluster that `ray start` left on this machine: jobs set RAY_ADDRESS
         address = os.environ.get("RAY_ADDRESS", "local")
-    require_answer(os.environ.get("RAY_ADDRESS", address) if address == "auto" else address)
+    target = cluster_target(os.environ.get("RAY_ADDRESS", address) if address == "auto" else address)
+    if target:
+        require_answer(target)
+        require_same_authentication(target)
     if address == "local":
         # A new local Ray starts one idle worker process per CPU for its first driver. They lack
         # the job's env vars, so no actor of ours can use them: they would only take CPU from the
@@ -146,17 +149,63 @@ def quiet_ray_data(verbose: bool) -> None:
         logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
-def require_answer(address: str) -> None:
-    """Fail within CONNECT_SECONDS, naming `address`, when nothing listens there (Ray itself
-    would retry for minutes). Addresses Ray resolves itself (local, auto) pass."""
+def cluster_target(address: str) -> str | None:
+    """The host:port a Ray address names (`ray://` stripped), or None for the addresses Ray resolves
+    itself (local, auto) and for what is not host:port."""
     target = address.removeprefix("ray://")
     host, _, port = target.rpartition(":")
-    if not host or not port.isdigit() or "://" in target:
-        return
+    return target if host and port.isdigit() and "://" not in target else None
+
+
+def require_answer(target: str) -> None:
+    """Fail within CONNECT_SECONDS, naming `target` (host:port), when nothing listens there (Ray
+    itself would retry for minutes)."""
+    host, _, port = target.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
     except OSError as err:
-        raise UsageError(f"cannot connect to Ray at {address}: nothing answers there ({err})") from None
+        raise UsageError(f"cannot connect to Ray at {target}: nothing answers there ({err})") from None
+
+
+TOKEN_PLACES = "~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"
+
+
+def require_same_authentication(target: str) -> None:
+    """Fail in one line, naming what to set, when this shell's Ray token authentication (RAY_AUTH_MODE,
+    its token) is not that of the cluster whose GCS is at `target`: Ray would retry for 20 s, or join
+    and then lose every actor it starts. A GCS that does not answer the question is left to Ray."""
+    from qml_ray import ray_internals
+
+    token_on, token = ray_internals.token_authentication()
+    cluster_on = ray_internals.gcs_refuses(target, None, CONNECT_SECONDS)
+    mode = f"RAY_AUTH_MODE={os.environ['RAY_AUTH_MODE']}" if os.environ.get("RAY_AUTH_MODE") else "RAY_AUTH_MODE unset"
+    if cluster_on and not token_on:
+        raise EnvironmentProblem(
+            f"the Ray cluster at {target} uses token authentication and this shell does not ({mode}): "
+            f"set RAY_AUTH_MODE=token, with the cluster's token in {TOKEN_PLACES}"
+        )
+    if cluster_on is False and token_on:
+        raise EnvironmentProblem(
+            f"the Ray cluster at {target} does not use token authentication and this shell does ({mode}): "
+            "set RAY_AUTH_MODE=disabled to join it"
+        )
+    if cluster_on and token is None:
+        raise EnvironmentProblem(
+            f"the Ray cluster at {target} uses token authentication and this shell finds no token in "
+            f"{token_source()}: put the cluster's token in {TOKEN_PLACES}"
+        )
+    if cluster_on and ray_internals.gcs_refuses(target, token, CONNECT_SECONDS):
+        raise EnvironmentProblem(
+            f"the Ray cluster at {target} refuses this shell's token (from {token_source()}): "
+            f"give the cluster's token in {TOKEN_PLACES}"
+        )
+
+
+def token_source() -> str:
+    """Where Ray takes this process's token from: RAY_AUTH_TOKEN, else RAY_AUTH_TOKEN_PATH, else its default file."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    return os.environ.get("RAY_AUTH_TOKEN_PATH") or "~/.ray/auth_token"
 
 
 def require_memory(need: int, what: str, remedy: str) -> None:

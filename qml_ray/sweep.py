@@ -232,7 +232,8 @@ def run_trial(params: dict) -> None:
 
 
 def trial_name(trial) -> str:
-    """Tune's name (and folder name under tune/) of a trial: the sweep's."""
+    """Tune's name, and folder name under tune/, of a trial: the sweep's. (A trial's Result has its
+    config only once the trial has reported: a failed trial's result is named by its folder.)"""
     return trial.config["trial"]["name"]
 
 
@@ -273,6 +274,9 @@ def run_tune(sweep: str, trials: list[Trial], at_once: int, metric: str, early_s
     from ray.tune.schedulers import ASHAScheduler
 
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's older console output, silent at verbose=0
+    # No CSV, JSON and TensorBoard loggers of Tune's: each trial's run folder has its metrics, and
+    # tensorboardX's imports (TensorFlow, Cloud Storage's client) printed their warnings on the console.
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     # Tune resolves its result paths against the working directory, and under `ray job submit`
     # Ray may delete and recreate the job's while no process of it holds it: stand where nothing
     # moves (every path here is absolute).
@@ -346,7 +350,7 @@ def run_sweep(args, sweep: str, trials: list[Trial], found: bool) -> None:
         storage.write_text(storage.join(sweep, SPEC), yaml.safe_dump(spec, sort_keys=False))
     prepare(trials)
     grid = interrupts.waited(run_tune, sweep, trials, at_once, metric, bool(args.early_stop), resuming)
-    errors = {result.config["trial"]["name"]: error_text(result.error) for result in grid if result.error}
+    errors = {posixpath.basename(result.path): error_text(result.error) for result in grid if result.error}
     rows = [trial_row(trial, errors.get(trial.name, "")) for trial in trials]
     table = results.ranked(rows, metric)
     results.write(sweep, table)

@@ -16,6 +16,28 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+# What a user's shell may carry that changes what Ray, TensorFlow, the kernel or the commands do: a
+# cluster to join (RAY_ADDRESS), Ray's authentication and every other RAY_ setting, TensorFlow's
+# (TF_CONFIG, its thread pools, tf-keras), OpenMP's threads, a forced kernel path and the other
+# QML_RAY_ variables but QML_RAY_NO_SKIP, Cloud Storage's endpoint and credentials, and a proxy for
+# the loopback servers the tests talk to. Removed before Ray and TensorFlow read them; every Ray the
+# tests start or join then sets its token authentication itself (RAY_AUTH_MODE, below).
+SHELL_SETTINGS = re.compile(
+    r"RAY_\w*|TF_\w*|OMP_\w*|KMP_\w*|GOMP_\w*|QML_RAY_(?!NO_SKIP$)\w*|STORAGE_EMULATOR_HOST|GOOGLE_\w*"
+    r"|CLOUDSDK_\w*|(?i:\w*_proxy)"
+)
+
+
+def isolate_from_the_shell() -> None:
+    """Remove SHELL_SETTINGS from this process's environment (the commands' too: they inherit it), and
+    have Ray use no token authentication unless a test's Ray asks for it (the shared cluster uses none)."""
+    for name in [name for name in os.environ if SHELL_SETTINGS.fullmatch(name)]:
+        del os.environ[name]
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+
+
+isolate_from_the_shell()
+
 import pytest
 from ray._private.utils import get_num_cpus
 from xdist.scheduler import LoadScopeScheduling

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from qml_ray import config as config_lib, storage
-from qml_ray.errors import MAX_LINE, ModelError, one_line
+from qml_ray.errors import ENVIRONMENT_STATUS, MAX_LINE, USAGE_STATUS, ModelError, one_line
 
-from conftest import CPUS, SMOKE, command_env, free_port, run_command
+from conftest import CPUS, SMOKE, TrainedRun, command_env, free_port, run_command
 
 MISTAKE_SECONDS = 60  # a mistake is reported within this (a Ray address where nobody answers too)
 IMAGE = "us-docker.pkg.dev/my-project/qml-ray/qml-ray:0.1.0@sha256:" + "0123456789abcdef" * 4
@@ -26,8 +26,13 @@ def snapshot(folder: Path) -> dict:
 
 
 def assert_usage_error(done, message: str) -> None:
+    assert_error(done, message, USAGE_STATUS)
+
+
+def assert_error(done, message: str, status: int) -> None:
+    """The command ended with `status` and one error line holding `message`, and no traceback."""
     stderr = done.stderr.strip()
-    assert done.returncode == 2, done.stdout[-2000:] + stderr[-2000:]
+    assert done.returncode == status, done.stdout[-2000:] + stderr[-2000:]
     assert "Traceback" not in stderr and "Traceback" not in done.stdout
     assert stderr.splitlines()[-1].startswith("error: "), stderr[-2000:]
     assert message in stderr.splitlines()[-1], stderr[-2000:]
@@ -359,6 +364,57 @@ def test_capacity_that_never_comes_fails_after_the_timeout(tmp_path, shared_ray)
     assert_usage_error(done, f"can place 0 process(es) of {CPUS + 1} CPU(s), not 1 training workers after 3 s")
     assert "waiting for the cluster to grow: 0 of 1 training workers placeable" in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_token_authentication_where_the_cluster_has_none_is_one_line(tmp_path, shared_ray):
+    """The shared cluster uses no token authentication: a shell that does is told what to set, before
+    anything is written or asked of the cluster (shared_ray checks that nothing is left on it)."""
+    options = ("--config", SMOKE, "--storage", tmp_path, "--address", shared_ray)
+    done = run_command("train", *options, env=command_env(RAY_AUTH_MODE="token"))
+    assert_error(
+        done,
+        f"the Ray cluster at {shared_ray} does not use token authentication and this shell does "
+        "(RAY_AUTH_MODE=token): set RAY_AUTH_MODE=disabled to join it",
+        ENVIRONMENT_STATUS,
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+TOKEN_PLACES = "the cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"
+TOKEN_MISMATCHES = {  # the shell's settings, what the one line says
+    "disabled": ({"RAY_AUTH_MODE": "disabled"}, "does not (RAY_AUTH_MODE=disabled): set RAY_AUTH_MODE=token, with"),
+    "unset": ({"RAY_AUTH_MODE": None}, "does not (RAY_AUTH_MODE unset): set RAY_AUTH_MODE=token, with"),
+    "wrong-token": (
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-clusters"},
+        f"refuses this shell's token (from RAY_AUTH_TOKEN): give {TOKEN_PLACES}",
+    ),
+    "no-token": (
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "{tmp}/no-token"},
+        f"uses token authentication and this shell finds no token in {{tmp}}/no-token: put {TOKEN_PLACES}",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "command, shell", [("infer", "disabled"), ("sweep", "unset"), ("train", "wrong-token"), ("sweep", "no-token")]
+)
+def test_a_shell_without_the_clusters_token_is_one_line(command, shell, trained_run, tmp_path, multi_node_cluster):
+    """The multi-node cluster uses token authentication: a command joining it from a shell without its
+    token ends in one line saying what to set, and nothing is written nor asked of the cluster."""
+    settings, message = TOKEN_MISMATCHES[shell]
+    env = command_env(**{key: value and value.format(tmp=tmp_path) for key, value in settings.items()})
+    address = ("--address", f"127.0.0.1:{multi_node_cluster.env['RAY_PORT']}")
+    jobs, before = len(multi_node_cluster.jobs()), snapshot(trained_run.path)
+    done = run_command(command, *token_mismatch_args(command, trained_run, tmp_path), *address, env=env)
+    assert_error(done, message.format(tmp=tmp_path), ENVIRONMENT_STATUS)
+    assert list(tmp_path.iterdir()) == [] and snapshot(trained_run.path) == before
+    assert len(multi_node_cluster.jobs()) == jobs
+
+
+def token_mismatch_args(command: str, trained_run: TrainedRun, storage: Path) -> tuple:
+    if command == "infer":
+        return ("--run", trained_run.path)
+    return ("--config", SMOKE, "--storage", storage)
 
 
 def test_existing_run_is_never_overwritten(trained_run):

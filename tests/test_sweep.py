@@ -71,6 +71,26 @@ def test_ctrl_c_stops_the_sweep_at_once_and_resume_continues_it(tmp_path, shared
     assert firsts == ["sweep", "trial", "trial", "results:", "best"], done.stdout
 
 
+def test_a_trial_that_dies_before_its_first_report_is_named_failed(tmp_path, shared_ray):
+    """A trial whose Tune function fails before Tune has a result of it (here: its 10 examples leave a
+    validation split of 1 row for 2 workers, found as the trial starts) is a failed row of the results,
+    named with its error, beside the trial that finished; the command ends in its usual lines."""
+    grid = ("--grid", "examples=64,10", "--test-fraction", 0.05, "--epochs", 1)
+    options = ("--storage", tmp_path, "--name", "d", "--address", shared_ray)
+    done = run_command("sweep", "--config", SMOKE, *grid, *options, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+    states = pd.read_csv(tmp_path / "d/results.csv").set_index("trial")["state"]
+    assert states.to_dict() == {
+        "examples=64-seed=7": "finished",
+        "examples=10-seed=7": "failed: the validation data has 1 row(s), fewer than the 2 workers",
+    }
+    assert "trial examples=10-seed=7: failed: the validation data has 1 row(s)" in done.stdout
+    assert done.stderr.splitlines()[-2:] == [
+        "error: 1 of 2 trials failed",
+        "rerun the command with --resume (--name d) to retry them",
+    ]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
