@@ -14,7 +14,7 @@ import numpy as np
 # A tile is the amplitudes with the same bits in the segment's window: qubits - TILE_BITS bits that no
 # block of the segment touches, from bit w, LOWEST_WINDOW <= w <= TILE_BITS. The tile is then runs of
 # 2^w amplitudes or more (w = TILE_BITS: one run); from 2^10 (4 KiB, a page, per plane), since shorter
-# runs were slower at 20 qubits (BENCHMARKS section 4). (TILE_BITS at least kernel.CHUNK_BITS + 2 and
+# runs were slower (docs/kernel-notes.md#segments-and-tiles). (TILE_BITS at least kernel.CHUNK_BITS + 2 and
 # LOWEST_WINDOW at least kernel.CHUNK_BITS: a tile's runs then hold whole chunks of every pass.)
 TILE_BITS = 16
 LOWEST_WINDOW = 10
