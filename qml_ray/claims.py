@@ -1,6 +1,6 @@
 """One run, one writer: a command claims its run (or sweep) folder before it writes anything there.
 
-The claim is a file, <folder>/_CLAIM, created atomically where none is (storage.create_exclusive:
+The claim is a file, <folder>/_CLAIM, created atomically where none is (atomic_files.create_exclusive:
 an exclusive create locally, `if_generation_match=0` on Cloud Storage), naming the command's host
 and process. The command rewrites it every RENEW_SECONDS while it runs and deletes it when it ends,
 however it ends short of being killed. A claim left by a killed command is stale once its process
@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from qml_ray import storage
+from qml_ray import atomic_files, storage
 from qml_ray.errors import UsageError
 
 CLAIM = "_CLAIM"
@@ -34,7 +34,7 @@ def claimed(folder: str, what: str):
     found = storage.exists(folder)
     try:
         storage.make_folder(folder)
-        while not storage.create_exclusive(path, mine):
+        while not atomic_files.create_exclusive(path, mine):
             _take_over_if_stale(path, folder, what)
         stop = threading.Event()
         threading.Thread(target=_renew, args=(path, mine, stop), daemon=True).start()
@@ -48,26 +48,26 @@ def claimed(folder: str, what: str):
 
 
 def _release(path: str, mine: bytes) -> None:
-    found = storage.version(path)
+    found = atomic_files.version(path)
     if found and storage.read_bytes(path) == mine:
-        storage.remove_if_unchanged(path, found[0])
+        atomic_files.remove_if_unchanged(path, found[0])
 
 
 def require_free(folder: str, what: str) -> None:
     """A UsageError naming the command that holds the claim on `folder`, if a live one does (a look
     only: `claimed` takes the claim)."""
     path = storage.join(folder, CLAIM)
-    if found := storage.version(path):
+    if found := atomic_files.version(path):
         _refuse_if_alive(path, folder, what, found[1])
 
 
 def _take_over_if_stale(path: str, folder: str, what: str) -> None:
     """Delete the claim at `path` if its command is gone, else raise a UsageError naming that command."""
-    found = storage.version(path)
+    found = atomic_files.version(path)
     if found is None:  # released meanwhile
         return
     _refuse_if_alive(path, folder, what, found[1])
-    storage.remove_if_unchanged(path, found[0])
+    atomic_files.remove_if_unchanged(path, found[0])
 
 
 def _refuse_if_alive(path: str, folder: str, what: str, renewed: float) -> None:

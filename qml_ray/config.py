@@ -27,7 +27,7 @@ MODEL_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # MODULE:FUNCTION
 STATES_PER_CIRCUIT = 3
 AMPLITUDE_BYTES = 8
 # The block method's forward keeps more final states than one per thread while they fit this many
-# bytes per thread: a step's batch then needs no circuit simulated again (BENCHMARKS section 4).
+# bytes per thread: a step's batch then needs no circuit simulated again (docs/kernel-notes.md#threads).
 KEPT_BYTES_PER_THREAD = 256 * 2**20
 REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own wait for lost workers' replacements (capacity_timeout 0)
 

@@ -1,34 +1,33 @@
 """Where runs live: a local folder, or Cloud Storage (gs://bucket/prefix).
 
-Every artifact of a run is read and written through these functions, so the code above
-them takes the same path for both, and they go through one file-system layer: pyarrow's
-LocalFileSystem and GcsFileSystem (the layer Ray Train and Ray Data use). What that layer
-cannot do is kept in one section, "Beyond the file-system layer", which says why. Nothing is
-ever seen half-written: a single file is replaced whole (a rename locally, a single upload on
-Cloud Storage), and a folder (weights, predictions) counts as complete only once its
-_COMPLETE marker exists, which is written last and, when the folder is replaced, removed first.
-
-Cloud Storage uses Application Default Credentials (Workload Identity on GKE) and honours
-STORAGE_EMULATOR_HOST; calls give up after a few seconds rather than retry for minutes.
+The run folder's layout, and every whole-file read and write of a run's artifacts, so the code above takes
+the same path for both; they go through one file-system layer (`filesystem`: pyarrow's LocalFileSystem and
+GcsFileSystem, the layer Ray Train and Ray Data use), their failures named in one line (`storage_errors`).
+What that layer cannot do is kept in one section, "Beyond the file-system layer", which says why. Nothing is
+ever seen half-written: a single file is replaced whole (a rename locally, a single upload on Cloud Storage),
+and a folder (weights, predictions) counts as complete only once its _COMPLETE marker exists, which is
+written last and, when the folder is replaced, removed first.
 """
 
 import contextlib
-import errno
-import functools
 import io
 import os
 import posixpath
 import re
 import shutil
 import tempfile
-from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from qml_ray.errors import EnvironmentProblem, UsageError
+from qml_ray import filesystem
+from qml_ray.errors import UsageError
+
+# GCS_PREFIX and environment_problem are named here too ("as"), for callers that take them from storage
+from qml_ray.filesystem import GCS_PREFIX as GCS_PREFIX, is_gcs
+from qml_ray.storage_errors import environment_problem as environment_problem, missing_bucket, named, named_problems
 
 # The run folder, <storage>/<name>/, holds these (docs/storage.md, The run folder):
 CONFIG = "config.yaml"  # the resolved config
@@ -59,75 +58,7 @@ STATE_FILE = "state.json"  # epochs done and the metrics history
 SUMMARIES = "tensorboard.zip"
 
 NAME_BYTES = 255  # the longest folder name of Linux file systems
-GCS_PREFIX = "gs://"
-GCS_SECONDS = 15.0  # how long one Cloud Storage client call may retry before giving up
-# pyarrow's retry limit for one call: its last back-off may overshoot it, so a call to an endpoint
-# that does not answer gives up after about 11 s (18 s with a limit of 10, 27 s with 15).
-FILESYSTEM_RETRY_SECONDS = 7.0
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-
-
-NO_CREDENTIALS = (
-    "no Google Cloud credentials: run `gcloud auth application-default login`, "
-    "or on GKE give the pods a Workload Identity service account"
-)
-# Cloud Storage's refusals, by their status (google-cloud-cpp's, under pyarrow's GcsFileSystem).
-_GCS_PROBLEMS = {
-    "PERMISSION_DENIED": "permission denied on {where}",
-    "UNAUTHENTICATED": "Cloud Storage refused the credentials for {where}",
-    "RESOURCE_EXHAUSTED": "Cloud Storage rate limit or quota exceeded on {where}",
-    "UNAVAILABLE": "cannot reach Cloud Storage at {endpoint} for {where}",
-    "DEADLINE_EXCEEDED": "cannot reach Cloud Storage at {endpoint} for {where}",
-}
-_GCS_STATUS = re.compile(r"google::cloud::Status\((\w+):")
-_NO_TOKEN = "Could not create a OAuth2 access token"  # google-cloud-cpp, finding no credentials
-
-
-def environment_problem(err: BaseException, where: str) -> EnvironmentProblem | None:
-    """`err`, met reading or writing at `where`, named as the environment's problem (storage full,
-    read-only or refused; Cloud Storage's refusals, limits, credentials or absence), or None when it
-    is none of those."""
-    if isinstance(err, EnvironmentProblem):
-        return err
-    text, number = str(err), getattr(err, "errno", None)
-    where = getattr(err, "filename", None) or where
-    if number in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text or "Disk quota exceeded" in text:
-        return EnvironmentProblem(f"storage full: {where}")
-    if number == errno.EROFS or "Read-only file system" in text:
-        return EnvironmentProblem(f"storage is read-only: {where}")
-    if number in (errno.EACCES, errno.EPERM) or "Permission denied" in text:
-        return EnvironmentProblem(f"permission denied on {where}")
-    if _NO_TOKEN in text:
-        return EnvironmentProblem(NO_CREDENTIALS)
-    status = _GCS_STATUS.search(text)
-    return _gcs_problem(status.group(1), where) if status and status.group(1) in _GCS_PROBLEMS else None
-
-
-def _gcs_problem(status: str, where: str) -> EnvironmentProblem:
-    endpoint = os.environ.get("STORAGE_EMULATOR_HOST", "storage.googleapis.com")
-    return EnvironmentProblem(_GCS_PROBLEMS[status].format(where=where, endpoint=endpoint))
-
-
-def _named(path: str, call):
-    """`call()`, an OSError it meets at `path` raised as the EnvironmentProblem it is, if it is one."""
-    with _named_problems(path):
-        return call()
-
-
-@contextlib.contextmanager
-def _named_problems(path: str):
-    """An OSError the block meets at `path` raised as the EnvironmentProblem it is, if it is one."""
-    try:
-        yield
-    except OSError as err:
-        problem = environment_problem(err, path)
-        if problem is None:
-            raise
-        raise problem from None
-
-
-def is_gcs(path: str) -> bool:
-    return path.startswith(GCS_PREFIX)
 
 
 def check_location(location: str) -> None:
@@ -175,11 +106,11 @@ def check_reachable(location: str) -> None:
     if not is_gcs(location):
         check_local_folder(location)
         return
-    _client()  # no credentials: said at once, where the file-system layer would retry for long
-    bucket, _ = _split(location)
-    filesystem, _ = _filesystem(location)
-    if _named(location, lambda: filesystem.get_file_info(bucket).type) == pafs.FileType.NotFound:
-        raise _missing_bucket(bucket)
+    filesystem.client()  # no credentials: said at once, where the file-system layer would retry for long
+    bucket, _ = filesystem.split(location)
+    files, _ = filesystem.of(location)
+    if named(location, lambda: files.get_file_info(bucket).type) == pafs.FileType.NotFound:
+        raise missing_bucket(bucket)
 
 
 def check_local_folder(folder: str) -> None:
@@ -198,40 +129,40 @@ def check_local_folder(folder: str) -> None:
 
 def exists(path: str) -> bool:
     """Whether a file, or a folder with anything in it, is at `path`."""
-    filesystem, inner = _filesystem(path)
-    return _named(path, lambda: filesystem.get_file_info(inner).type) != pafs.FileType.NotFound
+    files, inner = filesystem.of(path)
+    return named(path, lambda: files.get_file_info(inner).type) != pafs.FileType.NotFound
 
 
 def read_bytes(path: str) -> bytes:
-    filesystem, inner = _filesystem(path)
+    files, inner = filesystem.of(path)
 
     def read():
-        with filesystem.open_input_stream(inner) as stream:
+        with files.open_input_stream(inner) as stream:
             return stream.read()
 
-    return _named(path, read)
+    return named(path, read)
 
 
 def list_files(folder: str) -> list[str]:
     """The paths of the files below `folder`, relative to it (none if it does not exist)."""
-    filesystem, inner = _filesystem(folder)
+    files, inner = filesystem.of(folder)
     below = pafs.FileSelector(inner, allow_not_found=True, recursive=True)
-    found = _named(folder, lambda: filesystem.get_file_info(below))
+    found = named(folder, lambda: files.get_file_info(below))
     return sorted(posixpath.relpath(info.path, inner) for info in found if info.type == pafs.FileType.File)
 
 
 def remove(path: str) -> None:
     """Delete the file at `path` if there is one."""
-    filesystem, inner = _filesystem(path)
+    files, inner = filesystem.of(path)
     with contextlib.suppress(FileNotFoundError):
-        _named(path, lambda: filesystem.delete_file(inner))
+        named(path, lambda: files.delete_file(inner))
 
 
 def remove_folder(folder: str) -> None:
     """Delete `folder` and everything below it, as far as it can be (a failed command's leftovers)."""
-    filesystem, inner = _filesystem(folder)
+    files, inner = filesystem.of(folder)
     with contextlib.suppress(OSError):
-        filesystem.delete_dir(inner)
+        files.delete_dir(inner)
 
 
 @contextlib.contextmanager
@@ -298,33 +229,12 @@ def weights_in(folder: str) -> str:
 def pyarrow_filesystem(path: str):
     """(filesystem, path within it) for Ray Train's and Ray Data's storage arguments: a local path
     goes as it is (relative ones too: on a cluster, the job's working folder on every node)."""
-    return _filesystem(path) if is_gcs(path) else (None, path)
-
-
-def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    """The file system of `path` and the path within it."""
-    if is_gcs(path):
-        return _gcs_filesystem(os.environ.get("STORAGE_EMULATOR_HOST")), path[len(GCS_PREFIX) :].rstrip("/")
-    return pafs.LocalFileSystem(), os.path.abspath(path)
-
-
-@functools.cache
-def _gcs_filesystem(emulator: str | None) -> pafs.GcsFileSystem:
-    """Cloud Storage, or the GCS API server at `emulator`, retrying a call for FILESYSTEM_RETRY_SECONDS."""
-    limit = timedelta(seconds=FILESYSTEM_RETRY_SECONDS)
-    if emulator:
-        scheme, _, host = emulator.rpartition("://")
-        return pafs.GcsFileSystem(
-            anonymous=True, scheme=scheme or "http", endpoint_override=host, retry_time_limit=limit
-        )
-    return pafs.GcsFileSystem(retry_time_limit=limit)
+    return filesystem.of(path) if is_gcs(path) else (None, path)
 
 
 # Beyond the file-system layer: what pyarrow's file systems cannot do. Folders (Cloud Storage has
 # none to make); a local file replaced whole (pyarrow writes in place; a Cloud Storage upload
-# appears whole anyway); a hard link; and the claims' conditional writes, an atomic create and a
-# delete of one version, which pyarrow's GcsFileSystem lacks, on Cloud Storage through its own
-# client (google-cloud-storage's preconditions).
+# appears whole anyway); a hard link. (The claims' conditional writes are atomic_files'.)
 
 
 def make_folder(folder: str) -> None:
@@ -358,10 +268,10 @@ def remove_empty_folders(folders: list[str]) -> None:
 def write_bytes(path: str, content: bytes) -> None:
     """Replace the file at `path` whole: one upload on Cloud Storage, locally a new file renamed over it."""
     if is_gcs(path):
-        filesystem, inner = _filesystem(path)
-        _named(path, lambda: _upload(filesystem, inner, content))
+        files, inner = filesystem.of(path)
+        named(path, lambda: _upload(files, inner, content))
         return
-    with _named_problems(path):
+    with named_problems(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
         try:
@@ -373,9 +283,9 @@ def write_bytes(path: str, content: bytes) -> None:
             raise
 
 
-def _upload(filesystem: pafs.FileSystem, path: str, content: bytes) -> None:
+def _upload(files: pafs.FileSystem, path: str, content: bytes) -> None:
     """One upload: the object appears, whole, when the stream is closed (below 8 MiB, its one request)."""
-    with filesystem.open_output_stream(path, metadata={}) as stream:
+    with files.open_output_stream(path, metadata={}) as stream:
         stream.write(content)
 
 
@@ -383,136 +293,12 @@ def share(source: str, dest: str) -> None:
     """Put the file at `source` at `dest` too, without writing its bytes again: a hard link
     locally (a copy where links are refused), a server-side copy on Cloud Storage."""
     if is_gcs(source):
-        filesystem, inner = _filesystem(source)
-        _named(dest, lambda: filesystem.copy_file(inner, _filesystem(dest)[1]))
+        files, inner = filesystem.of(source)
+        named(dest, lambda: files.copy_file(inner, filesystem.of(dest)[1]))
         return
-    with _named_problems(dest):
+    with named_problems(dest):
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         try:
             os.link(source, dest)
         except OSError:
             shutil.copyfile(source, dest)
-
-
-def create_exclusive(path: str, content: bytes) -> bool:
-    """Create the file at `path` holding `content`, atomically, unless a file is there: whether it
-    was created (locally an exclusive create, on Cloud Storage `if_generation_match=0`)."""
-    if is_gcs(path):
-        from google.api_core.exceptions import PreconditionFailed
-
-        try:
-            _gcs(lambda: _blob(path).upload_from_string(content, if_generation_match=0, **_limits()), path)
-        except PreconditionFailed:
-            return False
-        return True
-    with _named_problems(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-    return True
-
-
-def version(path: str) -> tuple[tuple, float] | None:
-    """The version of the file at `path` (changed by every write) and when it was last written
-    (Unix time), or None when there is no file."""
-    if is_gcs(path):
-        blob = _blob(path)
-        if not _gcs(lambda: blob.exists(**_limits()), path):
-            return None
-        _gcs(lambda: blob.reload(**_limits()), path)
-        return (blob.generation, blob.metageneration), blob.updated.timestamp()
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (stat.st_ino, stat.st_mtime_ns), stat.st_mtime
-
-
-def remove_if_unchanged(path: str, expected: tuple) -> bool:
-    """Delete the file at `path` if its `version` is still `expected`: whether it was deleted."""
-    if is_gcs(path):
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        generation, metageneration = expected
-        try:
-            _gcs(
-                lambda: _blob(path).delete(
-                    if_generation_match=generation, if_metageneration_match=metageneration, **_limits()
-                ),
-                path,
-            )
-        except (PreconditionFailed, NotFound, FileNotFoundError):
-            return False
-        return True
-    aside = f"{path}.{os.getpid()}.removed"
-    try:
-        os.rename(path, aside)  # atomic: one command takes it
-    except FileNotFoundError:
-        return False
-    stat = os.stat(aside)
-    if (stat.st_ino, stat.st_mtime_ns) != expected:  # another command's, written meanwhile: put it back
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)
-        os.remove(aside)
-        return False
-    os.remove(aside)
-    return True
-
-
-@functools.cache
-def _limits() -> dict:
-    """The retry deadline and (connect, read) timeouts of every Cloud Storage client call."""
-    from google.cloud.storage.retry import DEFAULT_RETRY
-
-    return {"retry": DEFAULT_RETRY.with_timeout(GCS_SECONDS), "timeout": (5, 60)}
-
-
-@functools.cache
-def _client():
-    from google.auth.exceptions import DefaultCredentialsError
-    from google.cloud import storage as gcs
-
-    try:
-        return gcs.Client()
-    except DefaultCredentialsError:
-        raise EnvironmentProblem(NO_CREDENTIALS) from None
-
-
-def _missing_bucket(bucket: str) -> UsageError:
-    return UsageError(f"Cloud Storage bucket {bucket!r} does not exist")
-
-
-def _split(path: str) -> tuple[str, str]:
-    bucket, _, name = path[len(GCS_PREFIX) :].partition("/")
-    return bucket, name.rstrip("/")
-
-
-def _blob(path: str):
-    bucket, name = _split(path)
-    return _client().bucket(bucket).blob(name)
-
-
-def _gcs(call, path: str):
-    """Run a Cloud Storage client call, its failures named as the file-system layer's are (`_named`)."""
-    from google.api_core import exceptions as api
-    from google.auth.exceptions import TransportError
-    from requests.exceptions import ConnectionError as RequestsConnectionError
-
-    try:
-        return call()
-    except api.NotFound as err:
-        if "bucket" in str(err).lower():
-            raise _missing_bucket(_split(path)[0]) from None
-        raise FileNotFoundError(path) from None
-    except api.Forbidden:
-        raise _gcs_problem("PERMISSION_DENIED", path) from None
-    except api.Unauthorized:
-        raise _gcs_problem("UNAUTHENTICATED", path) from None
-    except api.TooManyRequests:
-        raise _gcs_problem("RESOURCE_EXHAUSTED", path) from None
-    except (api.RetryError, api.ServiceUnavailable, RequestsConnectionError, TransportError):
-        raise _gcs_problem("UNAVAILABLE", path) from None

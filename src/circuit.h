@@ -1,4 +1,4 @@
-// A circuit as the plan (qml_ray/gradients/plan.py) lays it out: blocks on bit pairs, each a product of
+// A circuit as the plan (qml_ray/gradients/plan/) lays it out: blocks on bit pairs, each a product of
 // factors U(e) = sum_k exp(i pi e h_k) P_k with e = const + coef * values[symbol]; relabellings; segments;
 // the start. Field names and shapes are plan.Circuit's. A masked block (a gate with more controls) acts only on the
 // amplitudes whose control bits hold the control values.

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from qml_ray import storage
+from qml_ray import storage_errors
 
 from conftest import BUCKET, SMOKE, command_env, run_command
 
@@ -67,4 +67,4 @@ def test_cloud_storage_refusals_are_named(status, named):
     """As pyarrow's GcsFileSystem raises them (google-cloud-cpp's status in the text): fake-gcs-server
     refuses nothing, so the server's part is not exercised here."""
     error = OSError(f"google::cloud::Status({status}: Permanent error, with a last message of Refused)")
-    assert str(storage.environment_problem(error, "gs://b/r/x")) == named
+    assert str(storage_errors.environment_problem(error, "gs://b/r/x")) == named

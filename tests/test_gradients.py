@@ -178,7 +178,7 @@ def tiles(monkeypatch):
     plans = importlib.import_module("qml_ray.gradients.plan")
 
     def planned_in_tiles_of(bits: int) -> None:
-        monkeypatch.setattr(plans, "TILE_BITS", bits)
+        monkeypatch.setattr(plans.segments, "TILE_BITS", bits)
         plans._plan.cache_clear()
 
     yield planned_in_tiles_of
@@ -281,7 +281,7 @@ def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
     segment's blocks avoid its window; blocks that share a bit, or a relabelling between them, keep their
     order; a masked block keeps its place, a segment of its own; a window below TILE_BITS and blocks out of
     order both occur, and there are fewer segments than blocks."""
-    from qml_ray.gradients.plan import TILE_BITS, _schedule
+    from qml_ray.gradients.plan.segments import TILE_BITS, schedule
 
     rng = np.random.default_rng(0)
     qubits, reordered, low_windows = 20, 0, 0
@@ -289,7 +289,7 @@ def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
         placed = [tuple(rng.choice(np.arange(5, qubits), 2, replace=False)) for _ in range(30)]
         relabel = [-1 if b == 0 or rng.random() > 0.1 else 0 for b in range(30)]
         masked = list(rng.random(30) < 0.05)
-        order, segments, windows = _schedule(placed, relabel, masked, qubits)
+        order, segments, windows = schedule(placed, relabel, masked, qubits)
         assert sorted(order) == list(range(30)) and len(windows) == len(segments) - 1 < 30
         position = {b: i for i, b in enumerate(order)}
         stretch = np.cumsum([r >= 0 or m for r, m in zip(relabel, masked)])

@@ -70,7 +70,13 @@ def parse_args(argv=None):
         prog="python -m qml_ray.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{runtimes,circuits}")
+    add_runtimes_command(commands)
+    add_circuits_command(commands)
+    return parser.parse_args(argv)
 
+
+def add_runtimes_command(commands) -> None:
+    """`bench runtimes` and its flags."""
     runtimes = commands.add_parser(
         "runtimes",
         help="qml_ray against the TF_CONFIG baseline and one process",
@@ -113,6 +119,9 @@ def parse_args(argv=None):
     )
     runtimes.add_argument("--out", default="benchmarks/runtimes", metavar="DIR", help="(default: benchmarks/runtimes)")
 
+
+def add_circuits_command(commands) -> None:
+    """`bench circuits` and its flags."""
     circuits = commands.add_parser(
         "circuits",
         help="seconds per circuit against qubits, and the headline projected",
@@ -161,7 +170,6 @@ def parse_args(argv=None):
         "lower for a quick look)",
     )
     circuits.add_argument("--out", default="benchmarks/circuits", metavar="DIR", help="(default: benchmarks/circuits)")
-    return parser.parse_args(argv)
 
 
 def require_cpus(processes: int, threads: int, remedy: str) -> None:

@@ -108,38 +108,49 @@ def plot(doc: dict, path: str) -> None:
 
     results = doc["results"]
     variants = sorted({r["thread_pools"] for r in results}, key=list(POOLS).index)
-    figure, (times, efficiency) = plt.subplots(1, 2, figsize=(11, 4.2))
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     most = max(r["workers"] for r in results)
-    for pools, (marker, line, fill) in zip(variants, [("o", "-", "full"), ("s", "--", "none")]):
+    for pools, look in zip(variants, [("o", "-", "full"), ("s", "--", "none")]):
         suffix = f" ({pools} pools)" if len(variants) > 1 else ""
-        single = next((r for r in results if r["runtime"] == "single" and r["thread_pools"] == pools), None)
-        if single:
-            times.axhline(
-                single["steady_epoch_seconds"], linestyle=line, color=COLORS["single"], label=f"single{suffix}"
-            )
-            workers = range(1, most + 1)
-            times.plot(
-                workers,
-                [single["steady_epoch_seconds"] / n for n in workers],
-                ":",
-                color=COLORS["single"],
-                label=f"ideal: single / workers{suffix}",
-            )
-            efficiency.plot([1], [1.0], marker, fillstyle=fill, color=COLORS["single"], label=f"single{suffix}")
-        for runtime in ("qml_ray", "baseline"):
-            series = [r for r in results if r["runtime"] == runtime and r["thread_pools"] == pools]
-            style = {
-                "marker": marker,
-                "linestyle": line,
-                "fillstyle": fill,
-                "color": COLORS[runtime],
-                "label": f"{runtime}{suffix}",
-            }
-            if series:
-                workers = [r["workers"] for r in series]
-                times.plot(workers, [r["steady_epoch_seconds"] for r in series], **style)
-                if series[0]["parallel_efficiency"] is not None:
-                    efficiency.plot(workers, [r["parallel_efficiency"] for r in series], **style)
+        chosen = [r for r in results if r["thread_pools"] == pools]
+        _plot_single(axes, chosen, most, look, suffix)
+        _plot_runtimes(axes, chosen, look, suffix)
+    _label(axes, doc, most)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _plot_single(axes, results: list[dict], most: int, look: tuple, suffix: str) -> None:
+    """The single process's epoch, the ideal line it gives (single / workers), and its efficiency of 1."""
+    times, efficiency = axes
+    (marker, line, fill), color = look, COLORS["single"]
+    single = next((r for r in results if r["runtime"] == "single"), None)
+    if single:
+        times.axhline(single["steady_epoch_seconds"], linestyle=line, color=color, label=f"single{suffix}")
+        workers = range(1, most + 1)
+        ideal = [single["steady_epoch_seconds"] / n for n in workers]
+        times.plot(workers, ideal, ":", color=color, label=f"ideal: single / workers{suffix}")
+        efficiency.plot([1], [1.0], marker, fillstyle=fill, color=color, label=f"single{suffix}")
+
+
+def _plot_runtimes(axes, results: list[dict], look: tuple, suffix: str) -> None:
+    """qml_ray's and the baseline's epoch and parallel efficiency against workers."""
+    times, efficiency = axes
+    marker, line, fill = look
+    for runtime in ("qml_ray", "baseline"):
+        series = [r for r in results if r["runtime"] == runtime]
+        style = {"marker": marker, "linestyle": line, "fillstyle": fill, "color": COLORS[runtime]}
+        style["label"] = f"{runtime}{suffix}"
+        if series:
+            workers = [r["workers"] for r in series]
+            times.plot(workers, [r["steady_epoch_seconds"] for r in series], **style)
+            if series[0]["parallel_efficiency"] is not None:
+                efficiency.plot(workers, [r["parallel_efficiency"] for r in series], **style)
+
+
+def _label(axes, doc: dict, most: int) -> None:
+    times, efficiency = axes
     config = doc["config"]
     times.set(
         xlabel="workers",
@@ -154,10 +165,7 @@ def plot(doc: dict, path: str) -> None:
         ylim=(0, 1.2),
         title=f"T_single / (workers x T_workers), {doc['machine_cpus']} CPUs",
     )
-    for axes in (times, efficiency):
-        axes.set(xticks=range(1, most + 1), xlim=(0.8, most + 0.2))
-        if axes.get_legend_handles_labels()[0]:
-            axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    for one in axes:
+        one.set(xticks=range(1, most + 1), xlim=(0.8, most + 0.2))
+        if one.get_legend_handles_labels()[0]:
+            one.legend(fontsize=8)

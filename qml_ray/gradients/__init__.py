@@ -25,7 +25,7 @@ from qml_ray.gradients.plan import UnsupportedGate, plan
 
 __all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads"]
 
-SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share between threads (BENCHMARKS section 4)
+SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share (docs/kernel-notes.md#threads)
 
 
 def default_threads() -> int:

@@ -1,0 +1,81 @@
+"""A serialized TensorFlow Quantum program as the block kernel runs it: `plan(program, symbol_names)`.
+
+The plan is a pipeline of stages, each a module to read on its own, in this order:
+
+1. `gates`: each gate as factors U(e) = sum_k exp(i pi e h_k) P_k on one or two qubits, e = const + coef *
+   symbol; a gate with more controls is masked.
+2. `start`: the constant factors that take |0...0> to a product state times diagonal phases, written as
+   that state in one pass.
+3. `fusion`: the other factors fused into blocks on qubit pairs, one-qubit factors folded into a
+   neighbouring block, as qsim fuses its forward pass.
+4. `placement`: the qubits placed on bits so that blocks run on the kernel's fast high bits; the qubits
+   needed last wait on the low bits, and the state is relabelled when a block needs one of them.
+5. `segments`: between relabellings, the blocks put in an order that gathers them into segments, which the
+   kernel applies tile by tile (cache blocking).
+6. `arrays`: all of it as the arrays of a `Circuit`, which the kernel copies (`kernel.Circuit`).
+
+Beside them, `readouts`: a circuit's Pauli sums as the arrays of `Readouts` (`kernel.Readouts`).
+"""
+
+import functools
+from dataclasses import dataclass
+
+from tensorflow_quantum.core.proto import program_pb2
+
+from qml_ray import kernel
+from qml_ray.gradients.plan import arrays, fusion, gates, placement, readouts, segments, start
+from qml_ray.gradients.plan.arrays import Circuit
+from qml_ray.gradients.plan.gates import UnsupportedGate
+from qml_ray.gradients.plan.readouts import Readouts
+
+__all__ = ["Circuit", "Plan", "Readouts", "UnsupportedGate", "plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A circuit's arrays, the kernel's circuit made from them, and the bit each of its qubits ends on (for
+    its readouts)."""
+
+    circuit: Circuit
+    compiled: kernel.Circuit
+    qubit_index: dict  # serialized qubit id -> its bit at the end of the circuit
+
+    def readouts(self, pauli_sums: tuple) -> kernel.Readouts:
+        """The serialized Pauli sums on this circuit's qubits, as the kernel reads them."""
+        return readouts.compiled(pauli_sums, tuple(self.qubit_index.items()))
+
+    def readout_arrays(self, pauli_sums: tuple) -> Readouts:
+        """The serialized Pauli sums on this circuit's qubits: the arrays `kernel.Readouts` is made from."""
+        return readouts.arrays(pauli_sums, tuple(self.qubit_index.items()))
+
+
+def plan(program: bytes, symbol_names: tuple) -> Plan:
+    """The plan of a serialized program, its symbols numbered as in `symbol_names`. Plans are cached by
+    the program's deterministic serialization: TFQ's ops serialize argument maps in varying order."""
+    return _plan(program_pb2.Program.FromString(program).SerializeToString(deterministic=True), symbol_names)
+
+
+@functools.lru_cache(maxsize=8192)
+def _plan(program: bytes, symbol_names: tuple) -> Plan:
+    """The stages, one after another."""
+    proto = program_pb2.Program.FromString(program)
+    ops = [op for moment in proto.circuit.moments for op in moment.operations]
+    index = gates.qubit_index(ops)
+    factors = gates.factors(ops, index)
+    names = _symbol_numbers(factors, symbol_names)
+    qubits = max(kernel.MIN_QUBITS, len(index))
+    start_factors, rest = start.split(factors, qubits)
+    blocks = fusion.fuse(rest, qubits)
+    placed = placement.place(blocks, qubits)
+    scheduled = segments.schedule(placed.bits, placed.relabel, [bool(b.controls) for b in blocks], qubits)
+    circuit = arrays.circuit(blocks, placed, scheduled, start_factors, names)
+    return Plan(circuit, kernel.Circuit(circuit), {q: placed.final[i] for q, i in index.items()})
+
+
+def _symbol_numbers(factors: list[gates.Factor], symbol_names: tuple) -> dict[str, int]:
+    """Each symbol name -> its number; a ValueError if a factor's symbol is not among them."""
+    names = {name: i for i, name in enumerate(symbol_names)}
+    missing = {f.symbol for f in factors if f.symbol is not None} - set(names)
+    if missing:
+        raise ValueError(f"the circuit's symbol(s) {', '.join(sorted(missing))} are not in symbol_names")
+    return names

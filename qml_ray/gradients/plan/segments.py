@@ -1,0 +1,66 @@
+"""The plan's fifth stage: between relabellings, the blocks put in an order that gathers them into segments.
+
+A segment is a run of blocks that leave the same window of bits untouched, which the kernel applies tile by
+tile (cache blocking): each tile of the state stays in a core's cache while every block of the segment passes
+over it.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+# A segment's tile: 2^16 amplitudes, 512 KiB (both planes), so it stays in a core's L2 cache while every
+# block of the segment passes over it: a segment costs one pass over memory instead of one per block.
+# A tile is the amplitudes with the same bits in the segment's window: qubits - TILE_BITS bits that no
+# block of the segment touches, from bit w, LOWEST_WINDOW <= w <= TILE_BITS. The tile is then runs of
+# 2^w amplitudes or more (w = TILE_BITS: one run); from 2^10 (4 KiB, a page, per plane), since shorter
+# runs were slower (docs/kernel-notes.md#segments-and-tiles). (TILE_BITS at least kernel.CHUNK_BITS + 2 and
+# LOWEST_WINDOW at least kernel.CHUNK_BITS: a tile's runs then hold whole chunks of every pass.)
+TILE_BITS = 16
+LOWEST_WINDOW = 10
+
+
+class Schedule(NamedTuple):
+    order: list[int]  # the blocks, in the order they run
+    segments: np.ndarray  # [segments + 1] int64: segment s holds order[segments[s]:segments[s + 1]]
+    windows: np.ndarray  # [segments] int64: the first bit of segment s's window (-1 for a segment of one block)
+
+
+def schedule(placed: list[tuple[int, int]], relabel: list[int], masked: list[bool], qubits: int) -> Schedule:
+    """The blocks' new order, where each segment starts (and the end), and each segment's window (-1 for a
+    segment of one block). Between two relabellings or masked blocks (a masked block is a segment of its own
+    in its place) blocks that share no bit commute; each segment takes, in order, the blocks still to run
+    whose bits avoid its window and that no block left behind shares a bit with, from the window that takes
+    the most. A segment of one block is a pass of its own, as is every block of a state of at most one tile."""
+    blocks = len(placed)
+    if qubits <= TILE_BITS:
+        return Schedule(list(range(blocks)), np.arange(blocks + 1, dtype=np.int64), np.full(blocks, -1, np.int64))
+    windows = range(TILE_BITS, LOWEST_WINDOW - 1, -1)
+    ends = [b for b in range(1, blocks) if relabel[b] >= 0 or masked[b] or masked[b - 1]] + [blocks]
+    order, starts, chosen = [], [], []
+    for first, end in zip([0, *ends[:-1]], ends):
+        pending = list(range(first, end))
+        while pending:
+            window, taken = max(((w, _segment(pending, placed, w, qubits)) for w in windows), key=lambda wt: len(wt[1]))
+            if len(taken) < 2:
+                window, taken = -1, pending[:1]
+            starts.append(len(order))
+            chosen.append(window)
+            order += taken
+            done = set(taken)
+            pending = [b for b in pending if b not in done]
+    return Schedule(order, np.array([*starts, blocks], np.int64), np.array(chosen, np.int64))
+
+
+def _segment(pending: list[int], placed: list[tuple[int, int]], window: int, qubits: int) -> list[int]:
+    """The blocks of `pending` (in order) that one segment with this window can run: those whose bits avoid
+    the window's, and share none with a block of `pending` left behind before them."""
+    fixed = set(range(window, window + qubits - TILE_BITS))
+    behind, taken = set(), []
+    for b in pending:
+        bits = set(placed[b])
+        if bits & (fixed | behind):
+            behind |= bits
+        else:
+            taken.append(b)
+    return taken

@@ -1,0 +1,84 @@
+"""The plan's second stage: the circuit's start, written as a state in one pass.
+
+The start is the constant factors that take |0...0> to a product state times diagonal phases (a data
+encoding's Hadamards and CZs, say). The kernel writes that state directly instead of applying them gate by
+gate; the factors after the start go on to `fusion`.
+"""
+
+import numpy as np
+
+from qml_ray import kernel
+from qml_ray.gradients.plan.gates import Factor
+
+
+def split(factors: list[Factor], qubits: int) -> tuple[list[Factor], list[Factor]]:
+    """The circuit's start and the factors after it. The start holds, per qubit, the constant one-qubit
+    factors before anything else acts on it, then constant diagonal factors: they take |0...0> to a
+    product state times a diagonal. A constant diagonal factor joins even after a diagonal factor with a
+    symbol, since diagonal factors commute; any other factor on a qubit ends its start. A masked factor never
+    joins, and is diagonal on its controls."""
+    product, diagonal, ended = range(3)
+    phase = [product] * qubits
+    start, rest = [], []
+    for factor in factors:
+        constant, on = factor.symbol is None, factor.qubits
+        if factor.controls:
+            joins = False
+            for q in on:
+                phase[q] = max(phase[q], diagonal) if factor.diagonal else ended
+            for q, _ in factor.controls:
+                phase[q] = max(phase[q], diagonal)
+        elif len(on) == 1 and phase[on[0]] == product:
+            joins = constant
+            if not joins:
+                phase[on[0]] = diagonal if factor.diagonal else ended
+        elif factor.diagonal:
+            joins = constant and all(phase[q] != ended for q in on)
+            for q in on:
+                phase[q] = max(phase[q], diagonal)
+        else:
+            joins = False
+            for q in on:
+                phase[q] = ended
+        (start if joins else rest).append(factor)
+    return start, rest
+
+
+def arrays(start: list[Factor], bit: list[int]) -> dict:
+    """The start as the Circuit's start_* arrays, qubit q on bit bit[q]. The kernel writes the state in chunks
+    of 2^low amplitudes, each the same table over the bits below low times what the bits above give: a
+    constant, and for each linked bit (in a diagonal factor with a bit above) two values."""
+    amplitudes = np.zeros((len(bit), 2), np.complex128)
+    amplitudes[:, 0] = 1
+    phase_bits, phases = [], []
+    for factor in start:
+        if len(factor.qubits) == 1:  # the product's one-qubit factors, then one-qubit diagonals (they commute)
+            q = bit[factor.qubits[0]]
+            amplitudes[q] = _matrix(factor) @ amplitudes[q]
+        else:
+            phase_bits.append([bit[q] for q in factor.qubits])
+            phases.append(np.diag(_matrix(factor)))
+    low = min(kernel.START_BITS, len(bit))
+    linked = np.zeros(low, np.bool_)
+    for pair in phase_bits:
+        if min(pair) < low <= max(pair):
+            linked[min(pair)] = True
+    j = np.arange(1 << low)
+    table = np.ones(1 << low, np.complex128)
+    for b in np.flatnonzero(~linked):
+        table *= amplitudes[b, (j >> b) & 1]
+    for (hi, lo), diagonal in zip(phase_bits, phases):
+        if max(hi, lo) < low:
+            table *= diagonal[2 * ((j >> hi) & 1) + ((j >> lo) & 1)]
+    return {
+        "start_amplitudes": amplitudes,
+        "start_phase_bits": np.array(phase_bits, np.int64).reshape(-1, 2),
+        "start_phases": np.array(phases, np.complex128).reshape(-1, 4),
+        "start_linked": linked,
+        "start_table": np.stack([table.real, table.imag]).astype(np.float32),
+    }
+
+
+def _matrix(factor: Factor) -> np.ndarray:
+    """A constant factor's unitary, sum_k exp(i pi e h_k) P_k."""
+    return sum(np.exp(1j * np.pi * factor.const * h) * p for h, p in zip(factor.eig, factor.proj))
