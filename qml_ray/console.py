@@ -12,7 +12,7 @@ import ray
 from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from qml_ray import interrupts, storage
+from qml_ray import interrupts, storage_errors
 from qml_ray.errors import EnvironmentProblem, UsageError
 
 END = None  # said by the command when the work is over: the relay stops there
@@ -68,14 +68,14 @@ class Console:
 @contextlib.contextmanager
 def problems_told(console: Console | None, run: str):
     """A worker's block: a UsageError (a model that breaks the contract, say) or an environment's
-    problem (storage.environment_problem) it meets is told to the command through `console`, which
+    problem (storage_errors.environment_problem) it meets is told to the command through `console`, which
     then ends at once, and the block ends quietly: raised, it would have Ray Train start the workers
     again (and reserve their CPUs anew) while the command and its job end. Without a console
     (a sweep's trial), it is raised."""
     try:
         yield
     except Exception as err:
-        problem = err if isinstance(err, UsageError) else storage.environment_problem(err, run)
+        problem = err if isinstance(err, UsageError) else storage_errors.environment_problem(err, run)
         if not (console and problem):
             raise
         console.stop(problem)

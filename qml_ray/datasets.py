@@ -1,11 +1,13 @@
 """The data contract, and how the data reaches the workers: Ray Datasets, streamed in shards.
 
-A data set is Parquet (a file, or a folder of files; local or gs://) with a binary `circuit`
-column of serialized circuits (what `tfq.convert_to_tensor` gives) and a `label` column: a
-float, or a fixed-length list of floats for a model of several outputs. Other columns (an
-`id`, say) are carried along to the predictions. Without `validation_data`, a `test_fraction`
-of the rows, chosen by a hash of each circuit and the seed, is held out: the same rows on every
-worker and in every rerun, however the files are read.
+A data set is Parquet (a file, or a folder of files; local or gs://) with the columns its model's
+inputs take (features.py: a binary `circuit` column of serialized circuits, what
+`tfq.convert_to_tensor` gives, for a model of one circuit input; else the columns named as the
+model's inputs) and a `label` column: a float, or a fixed-length list of floats for a model of
+several outputs. Other columns (an `id`, say) are carried along to the predictions. Without
+`validation_data`, a `test_fraction` of the rows, chosen by a hash of each row's circuit (or, with
+no circuit column, of its other values) and the seed, is held out: the same rows on every worker and
+in every rerun, however the files are read.
 
 The driver (no TensorFlow) describes the data, records it in the run folder (data.json, which a
 resumed run must still match) and hands Ray Train one Dataset per split; Ray Train splits each
@@ -19,7 +21,7 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from qml_ray import storage
+from qml_ray import features, filesystem, storage
 from qml_ray.errors import UsageError
 
 MANIFEST = "data.json"  # in a run folder: the files, rows and split the run trains on
@@ -32,6 +34,7 @@ class Source:
 
     files: tuple[tuple[str, int, int], ...]  # (path, bytes, rows) of every file
     label_width: int  # 1 for a float label, else the list's length
+    columns: tuple[features.Column, ...] = ()  # every column, its kind and a list's length
 
     @property
     def rows(self) -> int:
@@ -44,6 +47,11 @@ class Source:
     @property
     def bytes(self) -> int:
         return sum(size for _, size, _ in self.files)
+
+    @property
+    def usable(self) -> list[str]:
+        """The columns read for training: those that can feed a model's input, and the label."""
+        return features.usable(self.columns)
 
 
 def describe(location: str, needs_label: bool = True) -> Source:
@@ -62,15 +70,24 @@ def describe(location: str, needs_label: bool = True) -> Source:
     except (OSError, pa.ArrowException) as err:
         raise UsageError(f"cannot read {location} as Parquet: {err}") from None
     schema = dataset.schema
-    if "circuit" not in schema.names:
-        raise UsageError(f"{location} has no 'circuit' column (its columns: {', '.join(schema.names)})")
-    kind = schema.field("circuit").type
-    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_string(kind)):
+    if "circuit" in schema.names and features.kind_of(schema.field("circuit")).kind != features.CIRCUITS:
+        kind = schema.field("circuit").type
         raise UsageError(f"the 'circuit' column of {location} must hold serialized circuits (binary), not {kind}")
     if not any(rows for _, _, rows in files):
         raise UsageError(f"{location} has no rows")
     width = label_width(schema, location) if needs_label or "label" in schema.names else 0
-    return Source(files, width)
+    return Source(files, width, list_widths(features.columns_of(schema), files))
+
+
+def list_widths(columns: tuple[features.Column, ...], files) -> tuple[features.Column, ...]:
+    """`columns` with each list column's one length, read from its values where the schema does not
+    fix it (None: the lists differ in length)."""
+    unknown = [column.name for column in columns if column.kind == features.NUMBERS and column.width is None]
+    if not unknown:
+        return columns
+    table = read_paths([path for path, _, rows in files if rows], unknown)
+    widths = {name: features.list_width(table, name) for name in unknown}
+    return tuple(dataclasses.replace(c, width=widths[c.name]) if c.name in widths else c for c in columns)
 
 
 def label_width(schema: pa.Schema, location: str) -> int:
@@ -91,7 +108,7 @@ def label_width(schema: pa.Schema, location: str) -> int:
 
 def _full(location: str, fragment_path: str) -> str:
     """A fragment's path in the location's own spelling (gs://... for Cloud Storage)."""
-    return storage.GCS_PREFIX + fragment_path if storage.is_gcs(location) else fragment_path
+    return filesystem.GCS_PREFIX + fragment_path if filesystem.is_gcs(location) else fragment_path
 
 
 def _size(filesystem, path: str) -> int:
@@ -109,7 +126,7 @@ def held_out(circuits, seed: int, fraction: float) -> np.ndarray:
 
 
 def _split_batch(batch: dict, seed: int, fraction: float, validation: bool) -> dict:
-    keep = held_out(batch["circuit"], seed, fraction) == validation
+    keep = held_out(features.row_keys(batch), seed, fraction) == validation
     return {column: values[keep] for column, values in batch.items()}
 
 
@@ -174,6 +191,9 @@ def sources(config, run: str) -> tuple[Source, Source | None]:
             f"the labels of {config.validation_data} hold {validation.label_width} value(s), "
             f"those of {config.data} {train.label_width}"
         )
+    missing = [c for c in train.columns if validation and c.name in train.usable and c not in validation.columns]
+    if missing:
+        raise UsageError(f"{config.validation_data} has no column {missing[0].shown()}, as {config.data} has")
     return train, validation
 
 
@@ -187,8 +207,9 @@ def splits(config, train: Source, validation: Source | None, columns: list[str] 
 
 
 def for_training(config, train: Source, validation: Source | None) -> tuple[dict, dict]:
-    """The Ray Datasets of the two splits (circuit and label only), and their row counts."""
-    datasets = splits(config, train, validation, ["circuit", "label"])
+    """The Ray Datasets of the two splits (the columns that can feed a model, and the label), and
+    their row counts."""
+    datasets = splits(config, train, validation, train.usable)
     if validation is not None:
         return datasets, {"train": train.rows, "validation": validation.rows}
     return datasets, held_out_rows(config, train)
@@ -197,7 +218,7 @@ def for_training(config, train: Source, validation: Source | None) -> tuple[dict
 def held_out_rows(config, train: Source) -> dict:
     """Each split's rows when the validation rows are held out of the training files: one pass
     over their circuits, counting both (a Dataset.count per split would read them twice)."""
-    counts = read(train, ["circuit"]).map_batches(
+    counts = read(train, features.key_columns(train.columns)).map_batches(
         _count_splits,
         fn_kwargs={"seed": config.seed, "fraction": config.test_fraction},
         batch_format="numpy",
@@ -208,8 +229,9 @@ def held_out_rows(config, train: Source) -> dict:
 
 
 def _count_splits(batch: dict, seed: int, fraction: float) -> dict:
-    held = int(held_out(batch["circuit"], seed, fraction).sum())
-    return {"train": [len(batch["circuit"]) - held], "validation": [held]}
+    keys = features.row_keys(batch)
+    held = int(held_out(keys, seed, fraction).sum())
+    return {"train": [len(keys) - held], "validation": [held]}
 
 
 def fits_in_memory(config, train: Source, validation: Source | None) -> bool:
@@ -229,14 +251,19 @@ def generated_fits_in_memory(config) -> bool:
 
 
 def kept_splits(config, train: Source, validation: Source | None) -> dict[str, pa.Table]:
-    """The two splits (circuit and label) read whole into this process: the validation files, or
-    the rows held out of the training data, as `split` holds them out."""
-    columns = ["circuit", "label"]
-    whole = read_paths(train.paths, columns)
+    """The two splits (the columns that can feed a model, and the label) read whole into this
+    process: the validation files, or the rows held out of the training data, as `split` holds them out."""
+    whole = read_paths(train.paths, train.usable)
     if validation is not None:
-        return {"train": whole, "validation": read_paths(validation.paths, columns)}
-    held = held_out(whole.column("circuit").to_pylist(), config.seed, config.test_fraction)
+        return {"train": whole, "validation": read_paths(validation.paths, train.usable)}
+    keys = features.row_keys(numpy_columns(whole, features.key_columns(train.columns)))
+    held = held_out(keys, config.seed, config.test_fraction)
     return {"train": whole.filter(pa.array(~held)), "validation": whole.filter(pa.array(held))}
+
+
+def numpy_columns(table: pa.Table, names: list[str]) -> dict[str, np.ndarray]:
+    """Columns of `table` as numpy arrays (binary and list columns as arrays of objects)."""
+    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in names}
 
 
 def shard(table: pa.Table, rank: int, world_size: int) -> pa.Table:

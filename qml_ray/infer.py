@@ -1,8 +1,9 @@
 """`python -m qml_ray.infer` and `qml_ray.predict`: Ray Data batch inference with a run's weights.
 
 Ray Data reads the run's validation data (or --data), a pool of actors each holding the model
-(rebuilt from the run's `model` and `params`, weights loaded once) predicts batch by batch, and
-the predictions (a `prediction` column beside the data's other columns) land as Parquet in
+(rebuilt from the run's `model` and `params`, weights loaded once) predicts batch by batch, its
+inputs fed from the columns of their names (features.py), and the predictions (a `prediction`
+column beside the data's other columns, less its circuits) land as Parquet in
 <run>/predictions/<timestamp>/. With labels in the data, the model's compiled loss and metrics
 are printed.
 """
@@ -11,7 +12,7 @@ import time
 
 import numpy as np
 
-from qml_ray import cli, config as config_lib, contract, datasets, interrupts, runtime, storage
+from qml_ray import cli, config as config_lib, contract, datasets, features, interrupts, runtime, storage
 from qml_ray.errors import UsageError
 
 
@@ -24,7 +25,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--data",
         metavar="PARQUET",
-        help="Parquet file or folder with a 'circuit' column (default: the run's validation data)",
+        help="Parquet file or folder with the columns the model's inputs take, e.g. 'circuit' "
+        "(default: the run's validation data)",
     )
     parser.add_argument("--actors", type=int, default=1, metavar="N", help="model-holding actors (default: 1)")
     parser.add_argument("--batch-size", type=int, default=64, metavar="N", help="circuits per batch (default: 64)")
@@ -83,24 +85,26 @@ def circuit_problem(serialized, qubits: list) -> str | None:
     return None
 
 
-def check_data(data_path: str, source: datasets.Source, model) -> bytes:
-    """The first row's circuit of `data_path` (described by `source`); fail in one line unless it is a
-    circuit `model` can take (the actors check every row), and its labels, if any, fit the model's output."""
+def check_data(data_path: str, source: datasets.Source, model) -> list[bytes]:
+    """The first row's circuits of `data_path` (described by `source`); fail in one line unless its
+    columns feed the model's inputs, its circuits are circuits `model` can take (the actors check every
+    row), and its labels, if any, fit the model's output."""
     import pyarrow.dataset as ds
 
+    feed = features.feed(features.model_inputs(model), source.columns, data_path)
     first_file = next(path for path, _, rows in source.files if rows)
     filesystem, path = storage.pyarrow_filesystem(first_file)
-    first = ds.dataset(path, format="parquet", filesystem=filesystem).head(1, columns=["circuit"]).column(0)
-    circuit = first.to_pylist()[0]
-    problem = circuit_problem(circuit, model_qubits(model))
-    if problem:
-        raise UsageError(f"the circuit of the first row of {data_path} is {problem}")
+    first = ds.dataset(path, format="parquet", filesystem=filesystem).head(1, columns=feed.circuit_columns)
+    circuits = [first.column(name).to_pylist()[0] for name in feed.circuit_columns]
+    for name, circuit in zip(feed.circuit_columns, circuits):
+        if problem := circuit_problem(circuit, model_qubits(model)):
+            raise UsageError(f"the {name} of the first row of {data_path} is {problem}")
     outputs = model.output_shape[1:] or (1,)
     if source.label_width and (source.label_width,) != outputs:
         raise UsageError(
-            f"the labels of {data_path} hold {source.label_width} value(s) per circuit, the model outputs {outputs[0]}"
+            f"the labels of {data_path} hold {source.label_width} value(s) per row, the model outputs {outputs[0]}"
         )
-    return circuit
+    return circuits
 
 
 PROBLEM = "problem"  # the actors' column of what is wrong with a row's circuit (empty: nothing)
@@ -109,34 +113,40 @@ PROBLEM = "problem"  # the actors' column of what is wrong with a row's circuit 
 class Predictor:
     """Ray Data callable class: one model per actor, loaded once, applied to every batch."""
 
-    def __init__(self, run: str):
+    def __init__(self, run: str, columns: tuple):
         self.model = load_trained_model(run)
         self.qubits = model_qubits(self.model)
+        self.feed = features.feed(features.model_inputs(self.model), columns, run)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The batch's columns but `circuit`, its predictions, and per row what is wrong with its
-        circuit (PROBLEM; empty when nothing, and then its prediction is NaN)."""
-        import tensorflow as tf
-
-        circuits = list(batch.pop("circuit"))
-        problems = np.array([circuit_problem(circuit, self.qubits) or "" for circuit in circuits], dtype=object)
+        """The batch's columns but the circuits it feeds the model, its predictions, and per row what is
+        wrong with its circuits (PROBLEM; empty when nothing, and then its prediction is NaN)."""
+        rows = len(next(iter(batch.values())))
+        circuits = {name: batch.pop(name) for name in self.feed.circuit_columns}
+        problems = np.array([self.problem(circuits, row) for row in range(rows)], dtype=object)
         good = problems == ""
         outputs = self.model.output_shape[1:] or (1,)
-        predictions = np.full((len(circuits), *outputs), np.nan, np.float32)
+        predictions = np.full((rows, *outputs), np.nan, np.float32)
         if good.any():
-            inputs = tf.constant([circuit for circuit, ok in zip(circuits, good) if ok], dtype=tf.string)
+            inputs = self.feed.inputs({name: values[good] for name, values in {**batch, **circuits}.items()})
             predictions[good] = self.model(inputs, training=False).numpy().reshape(-1, *outputs)
         column = predictions[:, 0] if outputs == (1,) else list(predictions)  # a float, or a list per row
         return {**batch, "prediction": column, PROBLEM: problems}
 
+    def problem(self, circuits: dict, row: int) -> str:
+        """What is wrong with a row's circuits (the first found), or ''."""
+        found = ((name, circuit_problem(values[row], self.qubits)) for name, values in circuits.items())
+        return next((f"{name}: {problem}" for name, problem in found if problem), "")
 
-def predictions_of(run: str, data, actors: int, batch_size: int):
-    """Predict every row of the Ray Dataset `data`; the result is materialised in the object store."""
+
+def predictions_of(run: str, data, columns: tuple, actors: int, batch_size: int):
+    """Predict every row of the Ray Dataset `data` (its `columns` described); the result is
+    materialised in the object store."""
     import ray.data
 
     return data.map_batches(
         Predictor,
-        fn_constructor_kwargs={"run": run},
+        fn_constructor_kwargs={"run": run, "columns": columns},
         batch_size=batch_size,
         compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=1,
@@ -152,7 +162,8 @@ def without_bad_rows(predictions):
     if len(bad):
         row = f"id {bad.iloc[0]['id']}" if "id" in bad else str(bad.index[0])
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise UsageError(f"the circuit of row {row} is {bad.iloc[0][PROBLEM]}{more}")
+        column, _, problem = bad.iloc[0][PROBLEM].partition(": ")
+        raise UsageError(f"the {column} of row {row} is {problem}{more}")
     return predictions.drop_columns([PROBLEM])
 
 
@@ -208,7 +219,7 @@ def infer(
         from qml_ray import quantum_layers  # imports TensorFlow Quantum
 
         model = contract.build(config, contract.recorded(run))
-        first = [check_data(data, source, model)] if data else []
+        first = check_data(data, source, model) if data else []
         with_weights(model, run)  # fail here, in one line, rather than inside an actor
         runtime.connect(address, log_to_driver=verbose)
         runtime.quiet_ray_data(verbose)
@@ -226,7 +237,7 @@ def infer(
             "run inference on a cluster with more memory per node",
         )
         rows = datasets.read(source) if data else datasets.splits(config, *splits)["validation"]
-        predictions = predictions_of(run, rows, actors, batch_size)
+        predictions = predictions_of(run, rows, (source or splits[0]).columns, actors, batch_size)
     predictions = without_bad_rows(predictions)
     out = write_predictions(predictions, run)
     print(f"predicted {predictions.count()} circuits with {actors} actor(s); predictions in {out}", flush=True)

@@ -107,10 +107,33 @@ def sites(model) -> list[Site]:
 
 
 def qubits(model, circuits=()) -> set:
-    """The qubits the model simulates: those of the circuits its layers hold and of `circuits`
-    (serialized, e.g. a data set's first), together."""
+    """The qubits the model simulates: those of the circuits its layers hold (a PQC's, a ControlledPQC's,
+    programs a layer keeps to tile over the batch) and of `circuits` (serialized, e.g. a data set's
+    first row's), together."""
     serialized = [site.circuit.numpy()[0] for site in sites(model) if site.circuit is not None]
-    return {qubit for circuit in tfq.from_tensor([*serialized, *circuits]) for qubit in circuit.all_qubits()}
+    found = [*tfq.from_tensor([*serialized, *circuits]), *kept_programs(model)]
+    return {qubit for circuit in found for qubit in circuit.all_qubits()}
+
+
+def kept_programs(model) -> list:
+    """The circuits of serialized programs (string tensors) the model's layers keep as attributes,
+    as a layer does that tiles a program over the batch for a bare Expectation or ControlledPQC."""
+    import cirq
+    import tensorflow as tf
+
+    tensors = [
+        value
+        for layer in [model, *model.submodules]
+        for value in vars(layer).values()
+        if isinstance(value, tf.Tensor | tf.Variable) and value.dtype == tf.string
+    ]
+    found = []
+    for tensor in tensors:
+        try:
+            found += tfq.from_tensor(tf.reshape(tensor, [-1]))
+        except Exception:  # TFQ fails on strings that are no programs in many ways: not a program, then
+            continue
+    return [circuit for circuit in found if isinstance(circuit, cirq.Circuit)]
 
 
 def gradients(model, differentiator: str) -> list[Gradient]:

@@ -62,7 +62,7 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     if address == "local":
         # A new local Ray starts one idle worker process per CPU for its first driver. They lack
         # the job's env vars, so no actor of ours can use them: they would only take CPU from the
-        # start (2.5 s of the tutorial config's 28 s here, BENCHMARKS.md section 6).
+        # start (2.5 s of the tutorial config's 28 s here, BENCHMARKS.md#start-up).
         for setting, value in {PRESTART_ENV: "0", **LOCAL_RAY_SETTINGS}.items():
             os.environ.setdefault(setting, value)
     try:

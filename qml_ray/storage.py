@@ -24,10 +24,8 @@ import pyarrow.parquet as pq
 
 from qml_ray import filesystem
 from qml_ray.errors import UsageError
-
-# GCS_PREFIX and environment_problem are named here too ("as"), for callers that take them from storage
-from qml_ray.filesystem import GCS_PREFIX as GCS_PREFIX, is_gcs
-from qml_ray.storage_errors import environment_problem as environment_problem, missing_bucket, named, named_problems
+from qml_ray.filesystem import GCS_PREFIX, is_gcs
+from qml_ray.storage_errors import missing_bucket, named, named_problems
 
 # The run folder, <storage>/<name>/, holds these (docs/storage.md, The run folder):
 CONFIG = "config.yaml"  # the resolved config

@@ -129,16 +129,18 @@ def replacement_wait(config: config_lib.Config) -> float:
 
 @dataclass(frozen=True)
 class RunData:
-    """What the workers train on, each split's rows and the labels' width. A data set within
-    `data_in_memory_mb` is kept in memory: `shards` holds, per split, each rank's shard (Ray object
-    refs), or is None when the workers draw the QCNN's data set themselves (a new run's generated
-    one). A larger one streams from `datasets`, the splits' Ray Datasets, every epoch."""
+    """What the workers train on, each split's rows, the labels' width and the data's columns (empty:
+    the generated data set's, drawn by the workers). A data set within `data_in_memory_mb` is kept in
+    memory: `shards` holds, per split, each rank's shard (Ray object refs), or is None when the workers
+    draw the QCNN's data set themselves (a new run's generated one). A larger one streams from
+    `datasets`, the splits' Ray Datasets, every epoch."""
 
     datasets: dict
     shards: dict | None
     rows: dict
     label_width: int
     in_memory: bool
+    columns: tuple = ()
 
 
 def check_data(config: config_lib.Config, run: str, resume: bool) -> None:
@@ -159,7 +161,8 @@ def prepare_data(config: config_lib.Config, run: str, model: Callable | None = N
     new = not storage.exists(storage.join(run, datasets.MANIFEST))
     drawn = not config.data and not storage.exists(storage.split_path(run, "test"))
     if drawn and datasets.generated_fits_in_memory(config):
-        inputs = RunData({}, None, dict(zip(datasets.SPLITS, config_lib.split_sizes(config))), 1, True)
+        rows = dict(zip(datasets.SPLITS, config_lib.split_sizes(config)))
+        inputs = RunData(datasets={}, shards=None, rows=rows, label_width=1, in_memory=True)
     else:
         if drawn:
             generate_data(config, run)
@@ -179,9 +182,10 @@ def prepare_data(config: config_lib.Config, run: str, model: Callable | None = N
 def feed(config: config_lib.Config, train: datasets.Source, validation: datasets.Source | None) -> RunData:
     """The data's splits for the workers: read here and handed over as each rank's shard when
     kept in memory (no Ray Data pipeline), else the Ray Datasets they stream."""
+    described = {"label_width": train.label_width, "columns": train.columns}
     if not datasets.fits_in_memory(config, train, validation):
         found, rows = datasets.for_training(config, train, validation)
-        return RunData(found, None, rows, train.label_width, False)
+        return RunData(datasets=found, shards=None, rows=rows, in_memory=False, **described)
     import ray
 
     tables = datasets.kept_splits(config, train, validation)
@@ -189,7 +193,8 @@ def feed(config: config_lib.Config, train: datasets.Source, validation: datasets
         split: [ray.put(datasets.shard(table, rank, config.workers)) for rank in range(config.workers)]
         for split, table in tables.items()
     }
-    return RunData({}, shards, {split: table.num_rows for split, table in tables.items()}, train.label_width, True)
+    rows = {split: table.num_rows for split, table in tables.items()}
+    return RunData(datasets={}, shards=shards, rows=rows, in_memory=True, **described)
 
 
 def generate_data(config: config_lib.Config, run: str) -> None:
@@ -234,14 +239,15 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
         os.environ[TRAIN_METRICS_ENV] = "0"
     filesystem, path = storage.pyarrow_filesystem(run)
     job = Job(
-        config,
-        run,
-        inputs.rows,
-        inputs.label_width,
-        inputs.in_memory,
-        inputs.shards,
-        console,
-        model and contract.pickled(model),
+        config=config,
+        run=run,
+        rows=inputs.rows,
+        label_width=inputs.label_width,
+        in_memory=inputs.in_memory,
+        shards=inputs.shards,
+        console=console,
+        model=model and contract.pickled(model),
+        columns=inputs.columns,
     )
     trainer = DataParallelTrainer(  # Ray's TensorflowTrainer, less its import of TensorFlow (tf_backend.py)
         functools.partial(train_worker, job),

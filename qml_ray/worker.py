@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import ray.train
 
-from qml_ray import contract, datasets, runtime, storage
+from qml_ray import contract, datasets, features, runtime, storage
 from qml_ray.checkpoints import whole
 from qml_ray.config import Config
 from qml_ray.errors import ModelError
@@ -41,8 +41,9 @@ SHUFFLE_ROWS = 10_000  # a worker shuffles its shard's rows within a buffer of t
 class Job:
     """What the driver hands every worker (train.fit): the run's config and folder, each split's
     rows, the labels' width, whether the data is kept in memory and, if so, each rank's shard per
-    split (Ray object refs; None: the workers draw the QCNN's data set), the command's console
-    (None: rank 0's lines go to its log) and the model function pickled (None: the config's)."""
+    split (Ray object refs; None: the workers draw the QCNN's data set), the data's columns (empty:
+    the drawn data set's), the command's console (None: rank 0's lines go to its log) and the model
+    function pickled (None: the config's)."""
 
     config: Config
     run: str
@@ -52,6 +53,7 @@ class Job:
     shards: dict | None = None
     console: Console | None = None
     model: bytes | None = None
+    columns: tuple = ()
 
     def say(self, line: str) -> None:
         """Rank 0's line to the command's console, or to the worker's log."""
@@ -66,7 +68,7 @@ class Inputs:
     """A replica's data: makers of its own training and validation batches, the steps of one pass
     over each, the circuits one epoch trains on (all workers together), whether the batches
     repeat (held in memory: one `fit` serves every epoch) or are one pass, made anew every epoch
-    (streamed from Ray Data), and the first circuit of its training shard when held in memory."""
+    (streamed from Ray Data), and the first row's circuits of its training shard when held in memory."""
 
     train: Callable[[], tf.data.Dataset]
     validation: Callable[[], tf.data.Dataset]
@@ -74,7 +76,7 @@ class Inputs:
     validation_steps: int
     train_circuits: int
     repeat: bool
-    first_circuit: bytes | None = None
+    first_circuits: tuple = ()
 
 
 def train_worker(job: Job) -> None:
@@ -88,62 +90,67 @@ def train_worker(job: Job) -> None:
 
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
-    if job.in_memory:
-        inputs = kept_inputs(job, kept_shards(job, rank, world_size), rank, world_size)
-    else:
-        inputs = streamed_inputs(job, rank, world_size)
-    with problems_told(job.console, job.run):  # the model, its size or a full disk: the command ends in one line
+    with problems_told(job.console, job.run):  # the model, its data, its size or a full disk: one line
         model = build_replica(job, strategy, rank, context.get_local_rank())
-        require_state_memory(model, inputs.first_circuit, job.config.cpus_per_worker)
+        if job.in_memory:
+            inputs = kept_inputs(job, model, kept_shards(job, rank, world_size), rank, world_size)
+        else:
+            inputs = streamed_inputs(job, model, rank, world_size)
+        require_state_memory(model, inputs.first_circuits, job.config.cpus_per_worker)
         extra = ray_train(job.config, job.run, rank, inputs.steps)
         train_replica(job, model, strategy, inputs, rank, ray.train.get_checkpoint(), extra)
 
 
 def kept_shards(job: Job, rank: int, world_size: int) -> dict:
-    """This worker's shard of each split, as numpy columns: the one the command handed over, or,
-    for a new run's generated data set (`job.shards` None), drawn here as on every worker (rank 0
-    writes the data set and data.json to the run folder)."""
+    """This worker's shard of each split (a pyarrow table): the one the command handed over, or, for
+    a new run's generated data set (`job.shards` None), drawn here as on every worker (rank 0 writes
+    the data set and data.json to the run folder)."""
     if job.shards is not None:
-        return {split: columns(ray.get(refs[rank])) for split, refs in job.shards.items()}
+        return {split: ray.get(refs[rank]) for split, refs in job.shards.items()}
     from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
 
     tables = data.generate(job.config)
     if rank == 0:
         datasets.write_generated(job.config, job.run, tables)
     splits = zip(datasets.SPLITS, data.SPLITS)
-    return {split: columns(datasets.shard(tables[drawn], rank, world_size)) for split, drawn in splits}
+    return {split: datasets.shard(tables[drawn], rank, world_size) for split, drawn in splits}
 
 
-def columns(table) -> dict[str, np.ndarray]:
-    """A table's circuits and labels as numpy columns."""
-    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in ("circuit", "label")}
+def model_feed(job: Job, model: tf.keras.Model, columns: tuple = ()) -> features.Feed:
+    """Which of the data's columns (the driver's description, else `columns`) feeds each of the model's
+    inputs; a UsageError when one has none that fits."""
+    where = job.config.data or "the generated data set"
+    return features.feed(features.model_inputs(model), job.columns or columns, where)
 
 
-def kept_inputs(job: Job, shards: dict, rank: int, world_size: int) -> Inputs:
-    """A worker's inputs from its shards held in memory: one `fit` serves every epoch, each pass
-    over the training shard in a new order."""
+def kept_inputs(job: Job, model: tf.keras.Model, shards: dict, rank: int, world_size: int) -> Inputs:
+    """A worker's inputs from its shards (pyarrow tables) held in memory: one `fit` serves every
+    epoch, each pass over the training shard in a new order."""
     config, width = job.config, job.label_width
+    feed = model_feed(job, model, features.columns_of(shards["train"].schema))
+    arrays = {split: datasets.numpy_columns(table, [*feed.columns, features.LABEL]) for split, table in shards.items()}
     kept = (
-        in_memory_batches(shards["train"], config.batch_size, width, config.seed + rank),
-        in_memory_batches(shards["validation"], config.batch_size, width),
+        in_memory_batches(feed, arrays["train"], config.batch_size, width, config.seed + rank),
+        in_memory_batches(feed, arrays["validation"], config.batch_size, width),
     )
     inputs = sized_inputs(config, (lambda: kept[0], lambda: kept[1]), job.rows, world_size, repeat=True)
-    return dataclasses.replace(inputs, first_circuit=bytes(shards["train"]["circuit"][0]))
+    first = tuple(bytes(arrays["train"][name][0]) for name in feed.circuit_columns)
+    return dataclasses.replace(inputs, first_circuits=first)
 
 
-def streamed_inputs(job: Job, rank: int, world_size: int) -> Inputs:
+def streamed_inputs(job: Job, model: tf.keras.Model, rank: int, world_size: int) -> Inputs:
     """A worker's inputs streamed from its shards of the run's Ray Datasets, one pass per epoch.
     Ray Train splits each into equal shards (a split's last rows_count % workers rows sit out), so
     every worker runs the same steps; every worker starts each pass over a split together with the
     others, as Ray Data's split needs."""
-    config, width = job.config, job.label_width
+    config, width, feed = job.config, job.label_width, model_feed(job, model)
     train, validation = (ray.train.get_dataset_shard(split) for split in ("train", "validation"))
     rows_per_worker, passes = job.rows["train"] // world_size, itertools.count()
     makers = (
         lambda: streamed_batches(
-            train, config.batch_size, width, rows_per_worker, config.seed + rank + 7919 * next(passes)
+            feed, train, config.batch_size, width, rows_per_worker, config.seed + rank + 7919 * next(passes)
         ),
-        lambda: streamed_batches(validation, config.batch_size, width),
+        lambda: streamed_batches(feed, validation, config.batch_size, width),
     )
     return sized_inputs(config, makers, job.rows, world_size, repeat=False)
 
@@ -160,23 +167,25 @@ def sized_inputs(config: Config, makers: tuple, rows: dict, world_size: int, rep
     )
 
 
-def in_memory_batches(columns: dict, batch_size: int, label_width: int, shuffle_seed: int | None = None):
-    """(circuit, label) batches of a shard held in memory, pass after pass, each pass in a new
-    order when a seed is given: no pass touches Ray Data again."""
+def in_memory_batches(
+    feed: features.Feed, columns: dict, batch_size: int, label_width: int, shuffle_seed: int | None = None
+):
+    """(inputs, label) batches of a shard held in memory (numpy columns), pass after pass, each pass
+    in a new order when a seed is given: no pass touches Ray Data again."""
     import tensorflow as tf
     from ray.train.tensorflow import prepare_dataset_shard
 
-    rows = len(columns["circuit"])
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (columns["circuit"].astype(object), labels(columns["label"], label_width))
-    )
+    rows = len(columns[features.LABEL])
+    dataset = tf.data.Dataset.from_tensor_slices((feed.inputs(columns), labels(columns[features.LABEL], label_width)))
     if shuffle_seed is not None:
         dataset = dataset.shuffle(rows, seed=shuffle_seed, reshuffle_each_iteration=True)
     return prepare_dataset_shard(dataset.batch(batch_size).repeat())
 
 
-def streamed_batches(shard, batch_size: int, label_width: int, rows: int = 0, shuffle_seed: int | None = None):
-    """One pass of (circuit, label) batches streamed from a Ray Data shard, shuffled within a buffer
+def streamed_batches(
+    feed: features.Feed, shard, batch_size: int, label_width: int, rows: int = 0, shuffle_seed: int | None = None
+):
+    """One pass of (inputs, label) batches streamed from a Ray Data shard, shuffled within a buffer
     when a seed is given."""
     import tensorflow as tf
     from ray.train.tensorflow import prepare_dataset_shard
@@ -190,9 +199,9 @@ def streamed_batches(shard, batch_size: int, label_width: int, rows: int = 0, sh
 
     def batches():
         for batch in shard.iter_batches(batch_size=batch_size, batch_format="numpy", **shuffle):
-            yield batch["circuit"].astype(object), labels(batch["label"], label_width)
+            yield feed.inputs(batch), labels(batch[features.LABEL], label_width)
 
-    spec = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None, label_width], tf.float32))
+    spec = (feed.spec(), tf.TensorSpec([None, label_width], tf.float32))
     return prepare_dataset_shard(tf.data.Dataset.from_generator(batches, output_signature=spec))
 
 
@@ -274,12 +283,12 @@ def fit_spans(done: int, step: int, epochs: int, repeat: bool) -> list[tuple[int
     return spans + ([(rest, epochs)] if rest < epochs else [])
 
 
-def require_state_memory(model: tf.keras.Model, first_circuit: bytes | None, threads: int) -> None:
+def require_state_memory(model: tf.keras.Model, first_circuits: tuple, threads: int) -> None:
     """A UsageError unless the cluster's largest node holds this worker's state vectors, sized from the
-    model's circuits and the first of its training shard (held in memory) together."""
+    model's circuits and the first row's of its training shard (held in memory) together."""
     from qml_ray import quantum_layers
 
-    qubits = len(quantum_layers.qubits(model, [first_circuit] if first_circuit else []))
+    qubits = len(quantum_layers.qubits(model, list(first_circuits)))
     runtime.require_state_memory(qubits, threads, "a training worker", "lower --cpus-per-worker")
 
 

@@ -156,12 +156,12 @@ def test_the_memory_check_counts_the_models_and_the_datas_qubits(shared_ray):
 
     runtime.connect(shared_ray, log_to_driver=False)
     try:
-        require_state_memory(on_qubits(4), None, 1)
+        require_state_memory(on_qubits(4), (), 1)
         with pytest.raises(UsageError, match=r"a training worker's state vectors \(34 qubits, 1 thread\(s\)\) need"):
-            require_state_memory(on_qubits(34), None, 1)
+            require_state_memory(on_qubits(34), (), 1)
         data = tfq.convert_to_tensor([cirq.Circuit(cirq.X.on_each(cirq.LineQubit.range(4, 34)))]).numpy()[0]
         with pytest.raises(UsageError, match=r"\(34 qubits, 1 thread\(s\)\)"):  # the model's 4, the data's 30
-            require_state_memory(on_qubits(4), data, 1)
+            require_state_memory(on_qubits(4), (data,), 1)
     finally:
         ray.shutdown()
 

@@ -92,13 +92,14 @@ def work(run: str) -> None:
         strategy, rank, world_size = tf.distribute.get_strategy(), 0, 1
     from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
     from qml_ray.datasets import SPLITS, shard
-    from qml_ray.worker import Job, build_replica, columns, kept_inputs, train_replica
+    from qml_ray.worker import Job, build_replica, kept_inputs, train_replica
 
     tables = {split: data.read(run, drawn) for split, drawn in zip(SPLITS, data.SPLITS)}
-    shards = {split: columns(shard(table, rank, world_size)) for split, table in tables.items()}
-    job = Job(config, run, {split: table.num_rows for split, table in tables.items()}, 1, in_memory=True)
-    inputs = kept_inputs(job, shards, rank, world_size)
-    train_replica(job, build_replica(job, strategy, rank, local_rank=rank), strategy, inputs, rank)
+    shards = {split: shard(table, rank, world_size) for split, table in tables.items()}
+    rows = {split: table.num_rows for split, table in tables.items()}
+    job = Job(config=config, run=run, rows=rows, label_width=1, in_memory=True)
+    model = build_replica(job, strategy, rank, local_rank=rank)
+    train_replica(job, model, strategy, kept_inputs(job, model, shards, rank, world_size), rank)
 
 
 def main(argv=None) -> None:
