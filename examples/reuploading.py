@@ -68,12 +68,14 @@ class ReUploadingPQC(tf.keras.layers.Layer):
         return self.computation([circuits, tf.gather(tf.concat([thetas, angles], axis=1), self.indices, axis=1)])
 
 
-def classifier(qubits: int = 2, layers: int = 3, learning_rate: float = 0.05, seed: int = 0) -> tf.keras.Model:
-    """`features` (one number per qubit) through the re-uploading PQC, <Z> of each qubit, then Dense(1, sigmoid)."""
+def classifier(n_qubits: int = 2, n_layers: int = 3, learning_rate: float = 0.05, seed: int = 0) -> tf.keras.Model:
+    """`features` (one number per qubit) through the re-uploading PQC, <Z> of each qubit, then Dense(1, sigmoid).
+    (The tutorial's parameter names: `qubits` and `layers` are config keys, which a model function
+    taking them would be given.)"""
     tf.keras.utils.set_random_seed(seed)
-    line = cirq.LineQubit.range(qubits)
-    features = tf.keras.Input(shape=(qubits,), dtype=tf.float32, name="features")
-    readouts = ReUploadingPQC(line, layers, [cirq.Z(qubit) for qubit in line])(features)
+    line = cirq.LineQubit.range(n_qubits)
+    features = tf.keras.Input(shape=(n_qubits,), dtype=tf.float32, name="features")
+    readouts = ReUploadingPQC(line, n_layers, [cirq.Z(qubit) for qubit in line])(features)
     model = tf.keras.Model(features, tf.keras.layers.Dense(1, activation="sigmoid")(readouts))
     model.compile(
         optimizer=tf.keras.optimizers.Adam(learning_rate),

@@ -220,8 +220,10 @@ def trained_run(tmp_path_factory) -> TrainedRun:
 FILES = 8  # the data set's Parquet files
 ROWS_PER_FILE = 25
 
-# The user's module: a one-qubit regression, whose training step can note the circuits each
-# worker trains on (one file per rank, a line per circuit).
+# The user's module: a one-qubit regression of two named inputs, the data's `circuit` and `command`
+# columns, in the way of TFQ's "Hello, many worlds" controller (a Dense layer of the command gives the
+# ControlledPQC's angle), whose training step can note the circuits each worker trains on (one file
+# per rank, a line per circuit).
 MODULE = """
 import hashlib
 import json
@@ -238,7 +240,7 @@ class Noting(tf.keras.Model):
 
     def train_step(self, data):
         if self.folder:
-            tf.py_function(self.note, [data[0]], [])
+            tf.py_function(self.note, [data[0]["circuit"]], [])
         return super().train_step(data)
 
     def note(self, circuits):
@@ -250,9 +252,12 @@ class Noting(tf.keras.Model):
 def build(learning_rate=0.1, seed=0, notes=""):
     tf.keras.utils.set_random_seed(seed)
     qubit = cirq.GridQubit(0, 0)
-    circuits = tf.keras.Input(shape=(), dtype=tf.string)
-    readout = tfq.layers.PQC(cirq.Circuit(cirq.ry(sympy.Symbol("w"))(qubit)), cirq.Z(qubit))(circuits)
-    model = Noting(circuits, tf.keras.layers.Dense(1)(readout))
+    circuits = tf.keras.Input(shape=(), dtype=tf.string, name="circuit")
+    command = tf.keras.Input(shape=(1,), name="command")
+    angle = tf.keras.layers.Dense(1)(command)
+    circuit = cirq.Circuit(cirq.ry(sympy.Symbol("w"))(qubit))
+    readout = tfq.layers.ControlledPQC(circuit, cirq.Z(qubit))([circuits, angle])
+    model = Noting([circuits, command], tf.keras.layers.Dense(1)(readout))
     model.folder = notes
     model.compile(tf.keras.optimizers.Adam(learning_rate), loss="mse")
     return model
@@ -262,7 +267,7 @@ def build(learning_rate=0.1, seed=0, notes=""):
 @pytest.fixture(scope="session")
 def user_project(tmp_path_factory) -> Path:
     """A working folder with the user's module (mymodel.py) and data/, FILES Parquet files of
-    rx(angle) circuits labelled cos(angle), with an id."""
+    rx(angle) circuits labelled cos(angle), with an id and a command (a number in [0, 1))."""
     import textwrap
 
     import cirq
@@ -275,7 +280,8 @@ def user_project(tmp_path_factory) -> Path:
     (folder / "mymodel.py").write_text(textwrap.dedent(MODULE))
     (folder / "data").mkdir()
     qubit = cirq.GridQubit(0, 0)
-    angles = np.random.default_rng(0).uniform(-np.pi, np.pi, FILES * ROWS_PER_FILE)
+    rng = np.random.default_rng(0)
+    angles, commands = rng.uniform(-np.pi, np.pi, FILES * ROWS_PER_FILE), rng.uniform(0, 1, FILES * ROWS_PER_FILE)
     circuits = tfq.convert_to_tensor([cirq.Circuit(cirq.rx(a)(qubit)) for a in angles]).numpy()
     for part in range(FILES):
         rows = slice(part * ROWS_PER_FILE, (part + 1) * ROWS_PER_FILE)
@@ -283,6 +289,7 @@ def user_project(tmp_path_factory) -> Path:
             {
                 "id": np.arange(FILES * ROWS_PER_FILE)[rows],
                 "circuit": pa.array(circuits[rows], pa.binary()),
+                "command": pa.array(commands[rows], pa.float32()),
                 "label": pa.array(np.cos(angles[rows]), pa.float32()),
             }
         )

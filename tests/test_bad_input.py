@@ -47,6 +47,7 @@ def circuits(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("circuits")
     outside = tfq.convert_to_tensor([cirq.Circuit(cirq.X(cirq.GridQubit(0, 7)))]).numpy()[0]
     labelled = tfq.convert_to_tensor([cirq.Circuit(cirq.X(cirq.GridQubit(0, i))) for i in range(4)]).numpy()
+    ones = pa.array([1.0] * 4)
     tables = {
         "labelled": {"circuit": pa.array(labelled), "label": pa.array([1.0, -1.0, 1.0, -1.0])},
         "wide-labels": {
@@ -59,6 +60,10 @@ def circuits(tmp_path_factory) -> Path:
         "pauli-sum": {"circuit": pa.array([b""])},  # TFQ reads empty bytes as an empty PauliSum
         "other-qubits": {"circuit": pa.array([outside])},
         "empty": {"circuit": pa.array([], pa.binary())},
+        "commanded": {"circuit": pa.array(labelled), "command": pa.array([0.5] * 4), "label": ones},
+        "command-bytes": {"circuit": pa.array(labelled), "command": pa.array([b"x"] * 4), "label": ones},
+        "features-3": {"features": pa.array([[0.1, 0.2, 0.3]] * 4, pa.list_(pa.float32(), 3)), "label": ones},
+        "ragged": {"features": pa.array([[0.1, 0.2], [0.3]]), "label": pa.array([1.0, 0.0])},
     }
     for name, columns in tables.items():
         pq.write_table(pa.table(columns), folder / f"{name}.parquet")
@@ -69,12 +74,15 @@ def circuits(tmp_path_factory) -> Path:
 @pytest.fixture
 def tree(tmp_path, circuits) -> dict:
     """The temporary tree a mistake runs in, and the paths its arguments name: `file` (a file),
-    `run` (a run folder with a 4-qubit config and nothing else), `data` (bad inference data),
+    `run` (a run folder with a 4-qubit config and nothing else), `controlled` and `pair` (the same, of
+    mymodels' models of classical inputs), `data` (bad inference data),
     `configs` (bad config files), `work` (the command's working folder)."""
-    paths = {name: tmp_path / name for name in ("file", "run", "data", "configs", "work")}
+    paths = {name: tmp_path / name for name in ("file", "run", "controlled", "pair", "data", "configs", "work")}
     paths["file"].write_text("a file, not a folder\n")
-    paths["run"].mkdir()
-    (paths["run"] / storage.CONFIG).write_text(config_lib.load(SMOKE).to_yaml())
+    models = {"run": config_lib.DEFAULT_MODEL, "controlled": "mymodels:controlled", "pair": "mymodels:pair"}
+    for run, model in models.items():
+        paths[run].mkdir()
+        (paths[run] / storage.CONFIG).write_text(config_lib.load(SMOKE).replace(model=model).to_yaml())
     shutil.copytree(circuits, paths["data"])
     paths["configs"].mkdir()
     configs = {
@@ -107,6 +115,31 @@ def tiny(depth=1):
     circuits = tf.keras.Input(shape=(), dtype=tf.string)
     readout = tfq.layers.PQC(cirq.Circuit(cirq.ry(sympy.Symbol("w"))(qubit)), cirq.Z(qubit))(circuits)
     model = tf.keras.Model(circuits, tf.keras.layers.Dense(1)(readout))
+    model.compile("adam", loss="mse")
+    return model
+
+
+def controlled(span=1):  # a circuit and a command, whose Dense layer gives the angle (of `span` qubits)
+    qubits = cirq.GridQubit.rect(1, span)
+    circuits = tf.keras.Input(shape=(), dtype=tf.string, name="circuit")
+    command = tf.keras.Input(shape=(1,), name="command")
+    circuit = cirq.Circuit(cirq.ry(sympy.Symbol("w"))(qubits[0]), cirq.X.on_each(qubits[1:]))
+    readout = tfq.layers.ControlledPQC(circuit, cirq.Z(qubits[0]))([circuits, tf.keras.layers.Dense(1)(command)])
+    model = tf.keras.Model([circuits, command], readout)
+    model.compile("adam", loss="mse")
+    return model
+
+
+def wide():
+    return controlled(span=34)
+
+
+def pair():  # two features and no circuit: their Dense layer gives the angle, on empty circuits
+    qubit = cirq.GridQubit(0, 0)
+    points = tf.keras.Input(shape=(2,), name="features")
+    empty = tf.repeat(tfq.convert_to_tensor([cirq.Circuit()]), tf.shape(points)[0])
+    layer = tfq.layers.ControlledPQC(cirq.Circuit(cirq.ry(sympy.Symbol("w"))(qubit)), cirq.Z(qubit))
+    model = tf.keras.Model(points, layer([empty, tf.keras.layers.Dense(1)(points)]))
     model.compile("adam", loss="mse")
     return model
 
@@ -233,6 +266,31 @@ MISTAKES = [
     ),
     # infer
     mistake("infer", "--run", "{tmp}/nothing", message="no run at", id="infer-no-run"),
+    mistake(
+        "infer",
+        *("--run", "{controlled}", "--data", "{data}/labelled.parquet"),
+        message="model input 'command' has no column of its name (the model's inputs: circuit (circuits), "
+        "command (float32 (1,)); the columns of {data}/labelled.parquet: circuit (circuits), label (number))",
+        id="infer-input-without-column",
+    ),
+    mistake(
+        "infer",
+        *("--run", "{controlled}", "--data", "{data}/command-bytes.parquet"),
+        message="column command (circuits) cannot feed model input 'command', which takes numbers",
+        id="infer-column-of-another-kind",
+    ),
+    mistake(
+        "infer",
+        *("--run", "{pair}", "--data", "{data}/features-3.parquet"),
+        message="column features (numbers of 3) does not fit model input features (float32 (2,))",
+        id="infer-column-of-another-width",
+    ),
+    mistake(
+        "infer",
+        *("--run", "{pair}", "--data", "{data}/ragged.parquet"),
+        message="the lists of column 'features' differ in length",
+        id="infer-lists-of-different-lengths",
+    ),
     mistake("infer", "--run", "{file}", message="no run at", id="infer-run-is-a-file"),
     mistake("infer", "--run", "gs:/bucket/run", message="unsupported storage", id="infer-run-malformed"),
     mistake("infer", "--run", "{run}", "--actors", "0", message="must be at least 1", id="infer-actors-0"),
@@ -534,6 +592,8 @@ def test_error_text_is_one_bounded_line():
     [
         ("mymodels:not_a_model", "labelled", "the model function mymodels:not_a_model returned int, not a tf.keras"),
         ("mymodels:tiny", "wide-labels", "the data's labels hold 3 value(s) per circuit"),
+        ("mymodels:controlled", "labelled", "model input 'command' has no column of its name"),
+        ("mymodels:wide", "commanded", "a training worker's state vectors (34 qubits, 1 thread(s)) need"),
     ],
 )
 def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_ray, model, data, message):

@@ -50,12 +50,14 @@ def wait_until_held(hold: Path, cluster, job: str) -> None:
 
 def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred(cluster, user_project, tmp_path):
     """The user's module and data are in the job's working folder only: the driver, every worker
-    and every Ray Data task find them there. Streamed by Ray Data (as a data set too large to keep
-    would be), each worker trains on a shard of its own, and its epoch gauge is exported. Then `ray
-    job stop` (SIGTERM to the job's driver, as a RayJob's deletion sends) stops it within seconds,
-    its log ending with how to continue, the run free for --resume and nothing in it complete. Run
-    again with --resume and the data kept in memory (a flag wins on resume), each worker reads its
-    shard once and trains on it every epoch in another order; then the run's held-out rows are inferred."""
+    and every Ray Data task find them there; its model's two inputs take the data's columns of their
+    names (a circuit, and a command feeding the ControlledPQC through a Dense layer). Streamed by Ray
+    Data (as a data set too large to keep would be), each worker trains on a shard of its own, and
+    its epoch gauge is exported. Then `ray job stop` (SIGTERM to the job's driver, as a RayJob's
+    deletion sends) stops it within seconds, its log ending with how to continue, the run free for
+    --resume and nothing in it complete. Run again with --resume and the data kept in memory (a flag
+    wins on resume), each worker reads its shard once and trains on it every epoch in another order;
+    then the run's held-out rows are inferred."""
     url, env = cluster.url, cluster.env
     hold, run, notes = tmp_path / HOLD_FILE, tmp_path / "mine", tmp_path / "notes"
     hold.write_text("1")
@@ -117,6 +119,7 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     [out] = (run / storage.PREDICTIONS).iterdir()
     predicted = pq.read_table(out).to_pandas()
     assert sorted(predicted["id"]) == sorted(rows["id"][held_out])
+    assert list(predicted.columns) == ["id", "command", "label", "prediction"]  # less the circuits it fed the model
     assert predicted["prediction"].dtype == np.float32 and predicted["prediction"].notna().all()
     assert {job["type"] for job in cluster.jobs()} == {"SUBMISSION"}  # no job of the script's (a client joining Ray)
     print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
