@@ -7,6 +7,8 @@ circuits  forward and forward + gradient seconds per circuit against qubits (the
           --family controlled multi-controlled gates'), the block kernel's
           memory traffic against a state-sized in-place pass's, and the 23-qubit headline projected
           from them, as JSON, Markdown and plots; with --peers, qsim and PennyLane Lightning too
+classical the re-uploading example (classical features only): seconds per circuit, block against
+          TFQ's Adjoint, and its training on 2 workers against plain Keras in one process
 """
 
 import argparse
@@ -69,9 +71,10 @@ def parse_args(argv=None):
     parser = cli.ArgumentParser(
         prog="python -m qml_ray.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{runtimes,circuits}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{runtimes,circuits,classical}")
     add_runtimes_command(commands)
     add_circuits_command(commands)
+    add_classical_command(commands)
     return parser.parse_args(argv)
 
 
@@ -170,6 +173,31 @@ def add_circuits_command(commands) -> None:
         "lower for a quick look)",
     )
     circuits.add_argument("--out", default="benchmarks/circuits", metavar="DIR", help="(default: benchmarks/circuits)")
+
+
+def add_classical_command(commands) -> None:
+    """`bench classical` and its flags."""
+    classical = commands.add_parser(
+        "classical",
+        help="a model of classical features: block against TFQ per circuit, qml_ray against plain Keras",
+        description="From the project's folder: time the re-uploading example (examples/reuploading.py) per "
+        "circuit with the block gradient and TFQ's Adjoint at each qubit count, then train it with "
+        "qml_ray (--workers workers) and with plain Keras and TFQ's Adjoint in this process, in rounds; "
+        "write <out>/classical.json and classical.md.",
+    )
+    classical.add_argument(
+        "--qubits", type=number_list(2), default=[4, 6, 8, 10, 12], metavar="N,N", help="(default: 4,6,8,10,12)"
+    )
+    classical.add_argument("--circuits", type=positive(int), default=32, metavar="N", help="circuits per batch (32)")
+    classical.add_argument("--workers", type=positive(int), default=2, metavar="N", help="qml_ray's workers (2)")
+    classical.add_argument("--epochs", type=positive(int), default=15, metavar="N", help="epochs of each training (15)")
+    classical.add_argument("--rounds", type=positive(int), default=2, metavar="N", help="rounds of both trainings (2)")
+    classical.add_argument(
+        "--min-seconds", type=positive(float), default=MIN_SECONDS, metavar="S", help=f"(default: {MIN_SECONDS:g})"
+    )
+    classical.add_argument(
+        "--out", default="benchmarks/classical", metavar="DIR", help="(default: benchmarks/classical)"
+    )
 
 
 def require_cpus(processes: int, threads: int, remedy: str) -> None:
@@ -296,9 +324,27 @@ def circuits_main(args) -> None:
         sys.exit(f"error: the peers' values differ from the block kernel's: {'; '.join(disagreeing)}")
 
 
+def classical_main(args) -> None:
+    from qml_ray.bench import classical
+
+    if args.epochs < 2:
+        raise UsageError("the benchmark needs at least 2 epochs: the first is reported apart")
+    storage.check_local_folder(args.out)
+    require_cpus(args.workers, 1, "lower --workers")
+    config = config_lib.Config(workers=args.workers, epochs=args.epochs, batch_size=16, seed=0, test_fraction=0.3)
+    print(f"timing {', '.join(map(str, args.qubits))} qubits, {args.circuits} circuits per batch ...", flush=True)
+    costs = classical.cost_per_circuit(args.qubits, args.circuits, args.min_seconds)
+    print(f"training on {args.workers} workers and in one process, {args.rounds} round(s) ...", flush=True)
+    records = classical.training(Path(args.out), config, args.rounds, timeout=1800)
+    doc = {"machine_cpus": os.cpu_count(), "threads": len(os.sched_getaffinity(0)), "costs": costs, "records": records}
+    doc["config"] = {key: getattr(config, key) for key in ("workers", "epochs", "batch_size", "seed", "test_fraction")}
+    folder = write_outputs(args.out, "classical", doc, classical.markdown(doc))
+    print(f"wrote {folder}/classical.json and classical.md", flush=True)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
-    {"runtimes": runtimes_main, "circuits": circuits_main}[args.command](args)
+    {"runtimes": runtimes_main, "circuits": circuits_main, "classical": classical_main}[args.command](args)
 
 
 if __name__ == "__main__":
