@@ -210,40 +210,52 @@ def infer(
     UsageError before anything is written."""
     for location in filter(None, (run, data)):
         storage.check_location(location)
-    run = storage.absolute(run)
+    run, data = storage.absolute(run), data and storage.absolute(data)
     config = config_lib.of_run(run)
-    data = data and storage.absolute(data)
-    source = datasets.describe(data, needs_label=False) if data else None
-    splits = None if data else datasets.sources(config, run)
     with cli.native_stderr_hidden(not verbose):
-        from qml_ray import quantum_layers  # imports TensorFlow Quantum
-
-        model = contract.build(config, contract.recorded(run))
-        first = check_data(data, source, model) if data else []
-        with_weights(model, run)  # fail here, in one line, rather than inside an actor
-        runtime.connect(address, log_to_driver=verbose)
-        runtime.quiet_ray_data(verbose)
-        runtime.require_capacity(
-            actors + 1,
-            1,
-            "inference actor(s) plus one CPU for Ray Data's reads",
-            "lower --actors",
-            config.capacity_timeout,
-        )
-        runtime.require_state_memory(
-            len(quantum_layers.qubits(model, first)),
-            1,
-            "an inference actor",
-            "run inference on a cluster with more memory per node",
-        )
-        rows = datasets.read(source) if data else datasets.splits(config, *splits)["validation"]
-        predictions = predictions_of(run, rows, (source or splits[0]).columns, actors, batch_size)
+        model, rows, columns, first = checked_inputs(run, config, data)
+        join_cluster(config, address, verbose, actors, model, first)
+        predictions = predictions_of(run, rows(), columns, actors, batch_size)
     predictions = without_bad_rows(predictions)
     out = write_predictions(predictions, run)
-    print(f"predicted {predictions.count()} circuits with {actors} actor(s); predictions in {out}", flush=True)
+    print(f"predicted {predictions.count()} rows with {actors} actor(s); predictions in {out}", flush=True)
     if "label" in predictions.columns():
         print("  ".join(f"{key} {value:.4f}" for key, value in scores(model, predictions).items()), flush=True)
     return out
+
+
+def checked_inputs(run: str, config: config_lib.Config, data: str | None) -> tuple:
+    """The run's model with its weights, a maker of the Ray Dataset to predict (`data`, or the run's
+    validation rows), its columns, and its first row's circuits (when `data` is given: checked against
+    the model); a UsageError for what does not fit, before Ray starts."""
+    source = datasets.describe(data, needs_label=False) if data else None
+    splits = None if data else datasets.sources(config, run)
+    model = contract.build(config, contract.recorded(run))
+    first = check_data(data, source, model) if data else []
+    with_weights(model, run)  # fail here, in one line, rather than inside an actor
+
+    def rows():
+        return datasets.read(source) if data else datasets.splits(config, *splits)["validation"]
+
+    return model, rows, (source or splits[0]).columns, first
+
+
+def join_cluster(config: config_lib.Config, address: str | None, verbose: bool, actors: int, model, first) -> None:
+    """Join Ray, and make sure it can place the actors and hold their state vectors (the model's
+    qubits and those of the data's `first` circuits)."""
+    from qml_ray import quantum_layers
+
+    runtime.connect(address, log_to_driver=verbose)
+    runtime.quiet_ray_data(verbose)
+    runtime.require_capacity(
+        actors + 1, 1, "inference actor(s) plus one CPU for Ray Data's reads", "lower --actors", config.capacity_timeout
+    )
+    runtime.require_state_memory(
+        len(quantum_layers.qubits(model, first)),
+        1,
+        "an inference actor",
+        "run inference on a cluster with more memory per node",
+    )
 
 
 def main(argv=None) -> None:

@@ -370,6 +370,8 @@ MISTAKES = [
         "bench", "runtimes", "--config", "{configs}/huge.yaml", message="more than this machine", id="runtimes-memory"
     ),
     mistake("bench", "spin", message="invalid choice", id="bench-unknown-command"),
+    mistake("bench", "classical", "--epochs", "1", message="at least 2 epochs", id="classical-epochs-1"),
+    mistake("bench", "classical", "--qubits", "1", message="numbers of at least 2", id="classical-qubits-1"),
     # sweep
     mistake(*SWEEP, "--grid", "qbits=4,6", message="unknown config key 'qbits'", id="sweep-unknown-key"),
     mistake(*SWEEP, "--grid", "qubits=3,4", message="qubits must be at least 4", id="sweep-bad-value"),
