@@ -61,7 +61,10 @@ class Console:
         self.end(thread)
 
     def end(self, relay: threading.Thread) -> None:
-        self.queue.put(END)
+        """Stop the relay once it has printed every line said; a queue Ray has lost (its actor dead)
+        ends the relay too, and the command goes on to its result."""
+        with contextlib.suppress(ray.exceptions.RayError):
+            self.queue.put(END)
         relay.join()
 
 
