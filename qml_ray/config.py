@@ -69,8 +69,8 @@ class Config(pydantic.BaseModel):
     )
     data: str = _key(
         "",
-        "Parquet file or folder (local or gs://) with a binary `circuit` column and a `label` column; "
-        "empty: the QCNN's generated excitation data set",
+        "Parquet file or folder (local or gs://) with a `label` column and the columns the model's inputs take "
+        "(a binary `circuit` column for a model of one circuit input); empty: the QCNN's generated excitation data set",
     )
     validation_data: str = _key(
         "", "Parquet file or folder to validate on; empty: test_fraction of the rows of `data`, split by seed"
