@@ -87,13 +87,14 @@ def directional_differences(circuits, symbols, values, readouts, upstream, direc
 THREADS = (1, 2, 3)
 
 
-def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, threads=THREADS) -> None:
+def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, threads=THREADS) -> dict:
     """Block expectations equal cirq's and TFQ's within 1e-5; block gradients equal TFQ's Adjoint, component
     by component, within `tfq_tolerance` (TFQ's own float32 gradient strays further on some gate mixes), and
     cirq's central differences within 1e-4 along random directions (a wrong component shows in every direction
     but those orthogonal to it: none, almost surely; two simulations per direction where one per symbol would
     take 2 per symbol). The references once; the block method on every SIMD path this CPU runs, each on each
-    of `threads` threads (a batch one circuit per thread, or one circuit's passes shared between them)."""
+    of `threads` threads (a batch one circuit per thread, or one circuit's passes shared between them).
+    Returns the block method's expectations and gradient for each (path, threads)."""
     tfq_forward, adjoint = forward_and_gradient(
         tfq.differentiators.Adjoint(), circuits, symbols, values, readouts, upstream
     )
@@ -102,9 +103,10 @@ def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, thr
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     reference = directional_differences(circuits, symbols, values, readouts, upstream, directions)
     assert np.abs(reference).max() > 0.01  # a real gradient, not zeros everywhere
+    found = {}
     for path, n in itertools.product(kernel.supported_paths(), threads):
         with kernel_on(path):
-            block_forward, block = forward_and_gradient(
+            found[path, n] = block_forward, block = forward_and_gradient(
                 BlockAdjoint(threads=n), circuits, symbols, values, readouts, upstream
             )
         where = f"the {path} path on {n} thread(s)"
@@ -112,6 +114,7 @@ def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, thr
         np.testing.assert_allclose(block_forward, tfq_forward, atol=1e-5, err_msg=where)
         np.testing.assert_allclose(block @ directions.T, reference, rtol=1e-4, atol=1e-4, err_msg=where)
         np.testing.assert_allclose(block, adjoint, rtol=tfq_tolerance, atol=tfq_tolerance, err_msg=where)
+    return found
 
 
 @contextlib.contextmanager
@@ -171,7 +174,8 @@ def test_final_states_are_kept_within_their_bytes():
 
 def test_one_circuit_shared_between_threads():
     """A batch of one 16-qubit circuit on 2 threads cuts every pass of the circuit in two: the values
-    still equal cirq's, central differences and TFQ's; and on 1, 2 or 3 threads they agree within 1e-6."""
+    still equal cirq's, central differences and TFQ's; and on 1, 2 or 3 threads they agree within 1e-6, on
+    every path."""
     rng = np.random.default_rng(16)
     register = qubits_for(16)
     model, readout_qubits = qcnn_circuit(register, 1)
@@ -180,14 +184,12 @@ def test_one_circuit_shared_between_threads():
     values = rng.uniform(-2, 2, size=(1, len(symbols)))
     readouts = [[cirq.Z(q) for q in readout_qubits]]
     upstream = rng.uniform(-1, 1, size=(1, len(readout_qubits)))
-    check(circuits, symbols, values, readouts, upstream)
-    one, *shared = (
-        forward_and_gradient(BlockAdjoint(threads=threads), circuits, symbols, values, readouts, upstream)
-        for threads in (1, 2, 3)
-    )
-    for other in shared:
-        np.testing.assert_allclose(other[0], one[0], atol=1e-6)
-        np.testing.assert_allclose(other[1], one[1], atol=1e-6)
+    found = check(circuits, symbols, values, readouts, upstream)
+    for path in kernel.supported_paths():
+        one, *shared = (found[path, threads] for threads in THREADS)
+        for other in shared:
+            np.testing.assert_allclose(other[0], one[0], atol=1e-6)
+            np.testing.assert_allclose(other[1], one[1], atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from tensorflow_quantum.python.differentiators import differentiator
 from qml_ray import kernel
 from qml_ray.config import AMPLITUDE_BYTES, circuits_at_once, kept_states
 from qml_ray.gradients.memory import state_memory
-from qml_ray.gradients.plan import UnsupportedGate, plan
+from qml_ray.gradients.plan import UnsupportedGate, canonical, plan
 
 __all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads"]
 
@@ -156,8 +156,9 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
     @staticmethod
     def _key(program: bytes, symbol_names, values: np.ndarray) -> tuple:
-        """What determines a circuit's final state: its program, and the value of each of its symbols."""
-        return program, tuple(symbol_names), values.tobytes()
+        """What determines a circuit's final state: its program (serialized the same way every time, so that a
+        circuit simulated again replaces its kept state), and the value of each of its symbols."""
+        return canonical(program), tuple(symbol_names), values.tobytes()
 
     def _each(self, run, programs, symbol_names, pauli_sums) -> None:
         """run(row, circuit, readouts, parts) for each circuit of the batch on the pool, as many side by side as

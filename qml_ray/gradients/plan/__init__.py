@@ -53,8 +53,13 @@ def plan(program: bytes, symbol_names: tuple) -> Plan:
     """The plan of a serialized program, its symbols numbered as in `symbol_names`. Plans are cached by
     the program's deterministic serialization (TFQ's ops serialize argument maps in varying order), and the
     kernel's path (`kernel.use`)."""
-    deterministic = program_pb2.Program.FromString(program).SerializeToString(deterministic=True)
-    return _plan(deterministic, symbol_names, kernel.PATH)
+    return _plan(canonical(program), symbol_names, kernel.PATH)
+
+
+def canonical(program: bytes) -> bytes:
+    """A serialized program as the same program always serializes: TFQ's ops serialize argument maps in
+    varying order."""
+    return program_pb2.Program.FromString(program).SerializeToString(deterministic=True)
 
 
 @functools.lru_cache(maxsize=8192)
