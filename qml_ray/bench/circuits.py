@@ -483,3 +483,39 @@ def markdown(doc: dict) -> str:
             f"| ~{projection['original_one_worker_epoch_hours']} (one worker) |"
         ]
     return "\n".join(lines) + "\n"
+
+
+def one_large_circuit(qubits: int, min_seconds: float = 1.0) -> dict:
+    """One QCNN circuit of `qubits` qubits through the block model on this process's threads: seconds of its
+    forward and forward + gradient (each over at least `min_seconds`, after a first forward), the peak resident
+    memory above the process's level before the first simulation (in state vectors too), and qsim's best
+    forward of the same circuit on as many threads."""
+    config = Config(qubits=qubits, examples=10)
+    batch = tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:1])
+    model = contract.build(config.replace(differentiator="block"))
+
+    def forward_and_gradient():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(batch, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    found = {"qubits": qubits, "threads": BlockAdjoint().threads, "kernel_path": kernel.PATH}
+    with PeakMemory() as memory:
+        model(batch, training=False)
+        found["forward_seconds"] = seconds_per_call(lambda: model(batch, training=False), min_seconds)
+        found["forward_gradient_seconds"] = seconds_per_call(forward_and_gradient, min_seconds)
+    found["peak_bytes"] = memory.extra_bytes
+    found["peak_state_vectors"] = memory.extra_bytes / (8 * 2**qubits)
+    whole = model_circuits(config, model, batch)
+    resolver = cirq.ParamResolver(dict(zip(whole["symbols"], whole["weights"].tolist())))
+    qsim = peers.qsim_forward(
+        whole["circuits"], whole["readouts"], resolver, found["threads"], lambda fn: seconds_per_call(fn, min_seconds)
+    )
+    found["qsim_forward_seconds"], found["qsim_fused_gate_size"] = qsim["seconds"], qsim["fused_gate_size"]
+    return found
+
+
+if __name__ == "__main__":  # TF_NUM_INTRAOP_THREADS=2 python -m qml_ray.bench.circuits 26: one circuit, as JSON
+    import json
+
+    print(json.dumps(one_large_circuit(int(sys.argv[1]))), flush=True)

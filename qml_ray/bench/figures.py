@@ -86,9 +86,9 @@ def plot_roofline(doc: dict, path: Path) -> None:
     found = next(p["roofline"] for p in doc["probes"] if p.get("roofline"))
     peak = found["peak_flops"] / 1e9
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    intensity = [0.05, 20.0]
     for index, where in enumerate(("in cache", "from memory")):
         bandwidth = found[f"pass_bandwidth {where}"] / 1e9
+        intensity = [0.05, peak / bandwidth, 20.0]  # the roof bends where the bandwidth meets the peak
         axes.plot(intensity, [min(peak, bandwidth * x) for x in intensity], f"C{index}-", label=f"roof, {where}")
         for kind, measured in found["kinds"].items():
             x = (
@@ -98,7 +98,7 @@ def plot_roofline(doc: dict, path: Path) -> None:
             rate = max(measured[where]["flops"], 0.1 * measured[where]["bytes"]) / 1e9
             axes.plot([x], [rate], f"C{index}o")
             axes.annotate(kind, (x, rate), fontsize=7, textcoords="offset points", xytext=(4, -10 if index else 4))
-    axes.plot(intensity, [peak, peak], "k:", label=f"peak {peak:.0f} GFLOP/s (float32 matrix products)")
+    axes.axhline(peak, color="k", linestyle=":", label=f"peak {peak:.0f} GFLOP/s (float32 matrix products)")
     axes.set(xscale="log", yscale="log", xlabel="FLOP per byte (a relabelling drawn at 0.1)", ylabel="GFLOP/s")
     axes.set_title(f"The kernel's passes on the roofline ({title(doc)})")
     axes.grid(True, which="both", alpha=0.3)
