@@ -26,7 +26,7 @@ from qml_ray.config import AMPLITUDE_BYTES, circuits_at_once, kept_states
 from qml_ray.gradients.memory import state_memory
 from qml_ray.gradients.plan import UnsupportedGate, canonical, plan
 
-__all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads"]
+__all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads", "process_final_states"]
 
 SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share (docs/kernel-notes.md#threads)
 
@@ -58,16 +58,18 @@ class FinalStates:
     the same circuit at the same values: in a training step the gradient follows its forward, and its sweep
     then starts from the state instead of simulating the circuit again (one of the about 4 forwards' worth of
     work a circuit's forward + gradient costs). A worker holds the kept states, and a state and co-state for
-    each circuit it runs at once (the kept state it took among them)."""
+    each circuit it runs at once (the kept state it took among them). Every `BlockAdjoint` of a process (one per
+    layer) keeps its states in the same `process_final_states`, so that they hold the process's memory
+    together, each state tagged with the differentiator that kept it."""
 
     def __init__(self, threads: int, memory: int | None = None):
         self.threads, self.memory = threads, memory
         self._states = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def keep(self, key: tuple, state: np.ndarray) -> None:
+    def keep(self, key: tuple, state: np.ndarray, owner: int | None = None) -> None:
         with self._lock:
-            self._states[key] = state
+            self._states[key] = owner, state
             self._states.move_to_end(key)
             while len(self._states) > kept_states(self.threads, state.nbytes, self.memory):
                 self._states.popitem(last=False)
@@ -75,11 +77,19 @@ class FinalStates:
     def take(self, key: tuple) -> np.ndarray:
         """The state kept for `key`, no longer kept; else NO_STATE."""
         with self._lock:
-            return self._states.pop(key, NO_STATE)
+            return self._states.pop(key, (None, NO_STATE))[1]
 
-    def clear(self) -> None:
+    def clear(self, owner: int | None = None) -> None:
+        """No more states kept by `owner` (None: by any)."""
         with self._lock:
-            self._states.clear()
+            for key in [key for key, (kept_by, _) in self._states.items() if owner in (None, kept_by)]:
+                del self._states[key]
+
+
+@functools.cache
+def process_final_states(threads: int, memory: int) -> FinalStates:
+    """The final states every `BlockAdjoint` of this process on `threads` threads with `memory` bytes keeps."""
+    return FinalStates(threads, memory)
 
 
 class BlockAdjoint(tfq.differentiators.Differentiator):
@@ -91,7 +101,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         self.threads = threads or default_threads()
         self.memory = memory or state_memory(self.threads)
         self._pool = None
-        self._states = FinalStates(self.threads, self.memory)
+        self._states = process_final_states(self.threads, self.memory)
 
     def generate_differentiable_op(self, *, sampled_op=None, analytic_op=None):
         """The expectation op made differentiable; the forward is this class's own, not `analytic_op`."""
@@ -136,7 +146,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
         def one(row, circuit, readouts, parts) -> None:
             state = kernel.circuit_expectations(circuit, values[row], readouts, out[row], parts)
-            self._states.keep(self._key(programs[row], symbol_names, values[row]), state)
+            self._states.keep(self._key(programs[row], symbol_names, values[row]), state, id(self))
 
         self._each(one, programs, symbol_names, pauli_sums)
         return out.astype(np.float32)
@@ -151,7 +161,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
             kernel.circuit_gradient(circuit, values[row], readouts, upstream[row], out[row], parts, state)
 
         self._each(one, programs, symbol_names, pauli_sums)
-        self._states.clear()  # states no gradient asked for (another batch's, a validation pass's) go too
+        self._states.clear(id(self))  # its states no gradient asked for (another batch's, a validation pass's) go too
         return out.astype(np.float32)
 
     @staticmethod
