@@ -2,6 +2,7 @@
 simulator, on the QCNN, on random circuits of every supported gate family (TFQ's own random circuits among
 them, with any controls). (In training: test_quantum_layers.)"""
 
+import concurrent.futures
 import contextlib
 import importlib
 import itertools
@@ -192,6 +193,30 @@ def test_one_circuit_shared_between_threads():
             np.testing.assert_allclose(other[1], one[1], atol=1e-6)
 
 
+def count_states(monkeypatch, final_states: FinalStates) -> tuple[list, set]:
+    """From here to the test's end: [states in flight now, the most the kernel's circuits in flight (2 states
+    each) and `final_states`' kept states held at once], and the parts the kernel's calls were cut into."""
+    held, parts_seen, lock = [0, 0], set(), threading.Lock()
+
+    def counted(real, parts_at):
+        def run(*args):
+            with lock:
+                held[0] += 2
+                held[1] = max(held[1], held[0] + len(final_states._states))
+                parts_seen.add(args[parts_at])
+            try:
+                return real(*args)
+            finally:
+                with lock:
+                    held[0] -= 2
+
+        return run
+
+    monkeypatch.setattr(kernel, "circuit_expectations", counted(kernel.circuit_expectations, 4))
+    monkeypatch.setattr(kernel, "circuit_gradient", counted(kernel.circuit_gradient, 5))
+    return held, parts_seen
+
+
 @pytest.mark.parametrize(
     "states, slots",  # the memory in states of 16 qubits; the threads of each circuit run at once
     [(9, [1, 1, 1]), (6, [2, 1]), (3, [3]), (2, [3])],
@@ -206,30 +231,42 @@ def test_a_batch_fills_the_threads_by_size(monkeypatch, states, slots):
     one_state = config.AMPLITUDE_BYTES * 2**16
     adjoint = BlockAdjoint(threads=3, memory=states * one_state)
     assert adjoint.slots(3, 16) == slots and adjoint.slots(1, 16) == [3]
-    held, parts_seen, lock = [0, 0], set(), threading.Lock()  # states in flight now, most ever
-
-    def counted(real, parts_at):
-        def run(*args):
-            with lock:
-                held[0] += 2
-                held[1] = max(held[1], held[0] + len(adjoint._states._states))
-                parts_seen.add(args[parts_at])
-            try:
-                return real(*args)
-            finally:
-                with lock:
-                    held[0] -= 2
-
-        return run
-
-    monkeypatch.setattr(kernel, "circuit_expectations", counted(kernel.circuit_expectations, 4))
-    monkeypatch.setattr(kernel, "circuit_gradient", counted(kernel.circuit_gradient, 5))
+    held, parts_seen = count_states(monkeypatch, adjoint._states)
     block = forward_and_gradient(adjoint, circuits, symbols, values, readouts, upstream)
     assert held[1] <= max(states, 2) and parts_seen == {min(parts, sharing_threads()) for parts in slots}
     monkeypatch.undo()
     reference = forward_and_gradient(BlockAdjoint(threads=1), circuits, symbols, values, readouts, upstream)
     np.testing.assert_allclose(block[0], reference[0], atol=1e-6)
     np.testing.assert_allclose(block[1], reference[1], atol=1e-6)
+
+
+def test_the_differentiators_of_a_process_share_its_memory(monkeypatch):
+    """Two BlockAdjoints (two layers' gradients) with memory for 6 states of 16 qubits, each a batch of 3
+    circuits on 3 threads, at the same time: they keep their states in one place, and their circuits in flight
+    and kept states together never hold more than the 6 states (each alone would run 2 circuits at once); the
+    values equal one thread's within 1e-6."""
+    circuits, symbols, values, readouts, upstream = ladder_batch(16, 3, seed=4)
+    memory = 6 * config.AMPLITUDE_BYTES * 2**16
+    first, second = BlockAdjoint(threads=3, memory=memory), BlockAdjoint(threads=3, memory=memory)
+    assert first._states is second._states and first.slots(3, 16) == [2, 1]
+    programs, names = tfq.convert_to_tensor(circuits).numpy(), np.array([str(s).encode() for s in symbols])
+    sums = tfq.convert_to_tensor(readouts).numpy()
+
+    def forward_and_gradient_of(adjoint) -> tuple:
+        return (
+            adjoint.expectations(programs, names, values, sums),
+            adjoint.gradient(programs, names, values, sums, upstream),
+        )
+
+    held, _ = count_states(monkeypatch, first._states)
+    with concurrent.futures.ThreadPoolExecutor(2) as both:
+        found = list(both.map(forward_and_gradient_of, (first, second)))
+    assert held[1] <= 6
+    monkeypatch.undo()
+    reference = forward_and_gradient_of(BlockAdjoint(threads=1))
+    for block in found:
+        np.testing.assert_allclose(block[0], reference[0], atol=1e-6)
+        np.testing.assert_allclose(block[1], reference[1], atol=1e-6)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ than there are threads, each circuit's passes are shared between its share of th
 
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import os
 import queue
@@ -22,7 +23,7 @@ import tensorflow_quantum as tfq
 from tensorflow_quantum.python.differentiators import differentiator
 
 from qml_ray import kernel
-from qml_ray.config import AMPLITUDE_BYTES, circuits_at_once, kept_states
+from qml_ray.config import AMPLITUDE_BYTES, IN_FLIGHT_STATES, circuits_at_once, kept_states
 from qml_ray.gradients.memory import state_memory
 from qml_ray.gradients.plan import UnsupportedGate, canonical, plan
 
@@ -60,19 +61,48 @@ class FinalStates:
     work a circuit's forward + gradient costs). A worker holds the kept states, and a state and co-state for
     each circuit it runs at once (the kept state it took among them). Every `BlockAdjoint` of a process (one per
     layer) keeps its states in the same `process_final_states`, so that they hold the process's memory
-    together, each state tagged with the differentiator that kept it."""
+    together, each state tagged with the differentiator that kept it; and each circuit it runs reserves its
+    2 states here while it runs (`in_flight`), so that circuits of several differentiators at once wait
+    rather than overflow the memory, the oldest kept states giving way to them."""
 
     def __init__(self, threads: int, memory: int | None = None):
         self.threads, self.memory = threads, memory
         self._states = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._in_flight = 0  # bytes the circuits running have reserved
 
     def keep(self, key: tuple, state: np.ndarray, owner: int | None = None) -> None:
+        """Keep a circuit's final state, from within its `in_flight` (whose bytes hold it until it ends)."""
         with self._lock:
             self._states[key] = owner, state
             self._states.move_to_end(key)
-            while len(self._states) > kept_states(self.threads, state.nbytes, self.memory):
+            while len(self._states) > kept_states(self.threads, state.nbytes, self.memory) or (
+                len(self._states) > 1 and self._over(-state.nbytes)
+            ):
                 self._states.popitem(last=False)
+
+    @contextlib.contextmanager
+    def in_flight(self, nbytes: int):
+        """`nbytes` reserved for a circuit while it runs (its state and co-state): waits while other circuits'
+        reservations leave no room for it; kept states, oldest first, give way to it."""
+        with self._room:
+            while self._in_flight and self.memory is not None and self._in_flight + nbytes > self.memory:
+                self._room.wait()
+            self._in_flight += nbytes
+            while self._states and self._over(0):
+                self._states.popitem(last=False)
+        try:
+            yield
+        finally:
+            with self._room:
+                self._in_flight -= nbytes
+                self._room.notify_all()
+
+    def _over(self, extra: int) -> bool:
+        """Whether the reservations, the kept states and `extra` bytes take more than the memory."""
+        kept = sum(state.nbytes for _, state in self._states.values())
+        return self.memory is not None and self._in_flight + kept + extra > self.memory
 
     def take(self, key: tuple) -> np.ndarray:
         """The state kept for `key`, no longer kept; else NO_STATE."""
@@ -187,9 +217,13 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
             circuit, readouts = inputs[row]
             parts = slots.get()
             try:
-                run(
-                    row, circuit, readouts, min(parts, sharing_threads()) if circuit.qubits >= SHARED_FROM_QUBITS else 1
-                )
+                with self._states.in_flight(IN_FLIGHT_STATES * AMPLITUDE_BYTES * 2**circuit.qubits):
+                    run(
+                        row,
+                        circuit,
+                        readouts,
+                        min(parts, sharing_threads()) if circuit.qubits >= SHARED_FROM_QUBITS else 1,
+                    )
             finally:
                 slots.put(parts)
 
