@@ -214,8 +214,9 @@ def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> N
     in `config.worker_state_memory` of the node's memory and CPUs): as many circuits at once as fit that
     share, so only one circuit too large for it fails; `what` names the process."""
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
-    node = max(nodes, key=lambda resources: resources.get("memory", 0), default={})
-    memory = config.worker_state_memory(node.get("memory", 0), node.get("CPU", 0) or threads, threads)
+    hosts = [node for node in nodes if node.get("CPU", 0) >= threads] or nodes  # not a head of no CPUs
+    node = max(hosts, key=lambda resources: share_of(resources, threads), default={})
+    memory = share_of(node, threads)
     need = config.state_bytes(qubits, threads, memory)
     if need > memory:
         raise UsageError(
@@ -223,6 +224,11 @@ def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> N
             f"memory, more than the largest Ray node has for a process of {threads} CPU(s) ({memory / 2**30:.3g} "
             f"GiB of its {node.get('memory', 0) / 2**30:.3g}): {remedy}, or add larger nodes"
         )
+
+
+def share_of(resources: dict, threads: int) -> int:
+    """The bytes a process of `threads` CPUs on a Ray node of these resources gives its state vectors."""
+    return config.worker_state_memory(resources.get("memory", 0), resources.get("CPU", 0) or threads, threads)
 
 
 def placeable_workers(cpus_per_worker: int) -> int:

@@ -173,6 +173,22 @@ def test_final_states_are_kept_within_their_bytes():
         assert [states.take(key) is state for key in range(kept + 3)] == [False] * 3 + [True] * kept
 
 
+def test_the_memory_rule_of_a_16_vcpu_64_gib_node():
+    """A worker of 15 CPUs on a 16-vCPU, 64 GiB node gives its states 0.75 x 60 GiB: 23 qubits (64 MiB a
+    state) one circuit per thread and 4 kept states per thread; 28 qubits (2 GiB) 7 circuits at once and 7
+    kept states; 30 qubits (8 GiB) one circuit and its kept state; with no bound, 2 states per thread and the
+    kept ones, as before."""
+    gib = 2**30
+    memory = config.worker_state_memory(64 * gib, 16, 15)
+    assert memory == 45 * gib
+    for qubits, at_once, kept in ((23, 15, 60), (28, 7, 7), (30, 1, 1)):
+        one = config.AMPLITUDE_BYTES * 2**qubits
+        assert (config.circuits_at_once(one, 15, memory), config.kept_states(15, one, memory)) == (at_once, kept)
+        assert config.state_bytes(qubits, 15, memory) == (2 * at_once + kept) * one <= memory
+    assert config.kept_states(15, 8 * 2**32, 15 * gib) == 0  # 32 qubits: one circuit, nothing kept
+    assert config.state_bytes(23, 2) == (2 * 2 + 8) * 64 * 2**20
+
+
 def test_one_circuit_shared_between_threads():
     """A batch of one 16-qubit circuit on 2 threads cuts every pass of the circuit in two: the values
     still equal cirq's, central differences and TFQ's; and on 1, 2 or 3 threads they agree within 1e-6, on
