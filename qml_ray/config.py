@@ -25,6 +25,10 @@ MAX_QUBITS = 38
 DEFAULT_MODEL = "qml_ray.model:qcnn"
 MODEL_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # MODULE:FUNCTION
 STATES_PER_CIRCUIT = 3
+IN_FLIGHT_STATES = 2  # the block method's state and co-state of each circuit it runs (its kept state among them)
+# A process gives its state vectors this share of its CPUs' share of the machine's memory: a worker runs as
+# many circuits at once as fit it (docs/kernel-notes.md#threads); QML_RAY_STATE_MEMORY_GIB overrides it.
+STATE_MEMORY_SHARE = 0.75
 AMPLITUDE_BYTES = 8
 # The block method's forward keeps more final states than one per thread while they fit this many
 # bytes per thread: a step's batch then needs no circuit simulated again (docs/kernel-notes.md#threads).
@@ -217,17 +221,38 @@ def parse_model(spec: str, key: str = "model") -> tuple[str, str]:
     return module, function
 
 
-def state_bytes(qubits: int, threads: int) -> int:
-    """Memory the state vectors of a process simulating on `threads` threads (a circuit each) take:
-    STATES_PER_CIRCUIT per thread, more when the kept final states fill their KEPT_BYTES_PER_THREAD."""
+def state_bytes(qubits: int, threads: int, memory: int | None = None) -> int:
+    """Memory the state vectors of a process simulating on `threads` threads take, with `memory` bytes for
+    them (None: no bound): IN_FLIGHT_STATES for each circuit it runs at once (`circuits_at_once`) and the
+    final states it keeps (`kept_states`). Never more than `memory` once one circuit fits it."""
     one = AMPLITUDE_BYTES * 2**qubits
-    return threads * (STATES_PER_CIRCUIT - 1) * one + kept_states(threads, one) * one
+    return (IN_FLIGHT_STATES * circuits_at_once(one, threads, memory) + kept_states(threads, one, memory)) * one
 
 
-def kept_states(threads: int, one_state_bytes: int) -> int:
+def circuits_at_once(one_state_bytes: int, threads: int, memory: int | None = None) -> int:
+    """How many circuits of states of `one_state_bytes` a process on `threads` threads, with `memory` bytes
+    for its states (None: no bound), runs at once, each on its share of the threads: one per thread while
+    each fits with its kept final state (STATES_PER_CIRCUIT), else as many as fit so, at least one."""
+    if memory is None:
+        return threads
+    return max(1, min(threads, memory // (STATES_PER_CIRCUIT * one_state_bytes)))
+
+
+def kept_states(threads: int, one_state_bytes: int, memory: int | None = None) -> int:
     """How many final states a process simulating on `threads` threads keeps for its gradients: one per
-    thread, or as many as fit KEPT_BYTES_PER_THREAD per thread."""
-    return threads * max(1, KEPT_BYTES_PER_THREAD // one_state_bytes)
+    circuit it runs at once, or as many as fit KEPT_BYTES_PER_THREAD per thread; with `memory` bytes for its
+    states, no more than what its circuits in flight leave (none, when they take it all)."""
+    at_once = circuits_at_once(one_state_bytes, threads, memory)
+    wanted = max(at_once, threads * (KEPT_BYTES_PER_THREAD // one_state_bytes))
+    if memory is None:
+        return wanted
+    return max(0, min(wanted, memory // one_state_bytes - IN_FLIGHT_STATES * at_once))
+
+
+def worker_state_memory(memory: int, cpus: float, threads: int) -> int:
+    """The bytes a process on `threads` of a machine's `cpus` CPUs gives its state vectors, out of the
+    machine's `memory`: STATE_MEMORY_SHARE of its CPUs' share of it (the rest for TensorFlow, Ray, the OS)."""
+    return int(STATE_MEMORY_SHARE * memory * min(1.0, threads / max(cpus, 1e-9)))
 
 
 def split_sizes(config: Config) -> tuple[int, int]:

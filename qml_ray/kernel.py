@@ -39,19 +39,34 @@ def chosen_path() -> str:
     return forced
 
 
-_compiled = compiled(chosen_path())
+NAMES = (
+    "PATH",
+    "MIN_QUBITS",
+    "START_BITS",
+    "PARKED_BITS",
+    "CHUNK_BITS",
+    "Circuit",
+    "Readouts",
+    "circuit_expectations",
+    "circuit_gradient",
+    "apply_block",
+    "unapply_with_transition",
+    "relabel_bits",
+)
 
-PATH = _compiled.PATH
-MIN_QUBITS, START_BITS, PARKED_BITS, CHUNK_BITS = (
-    _compiled.MIN_QUBITS,
-    _compiled.START_BITS,
-    _compiled.PARKED_BITS,
-    _compiled.CHUNK_BITS,
-)
-Circuit, Readouts = _compiled.Circuit, _compiled.Readouts
-circuit_expectations, circuit_gradient = _compiled.circuit_expectations, _compiled.circuit_gradient
-apply_block, unapply_with_transition, relabel_bits = (
-    _compiled.apply_block,
-    _compiled.unapply_with_transition,
-    _compiled.relabel_bits,
-)
+
+def use(path: str) -> str:
+    """Run the kernel on `path` (one this CPU runs) from now on, in this process: the tests run every path
+    so, and the benchmark a forced one. Returns the path it ran on before. Plans are made per path."""
+    before = globals().get("PATH")
+    module = compiled(path)
+    globals().update({name: getattr(module, name) for name in NAMES})
+    return before
+
+
+use(chosen_path())
+PATH: str
+MIN_QUBITS: int
+START_BITS: int
+PARKED_BITS: int
+CHUNK_BITS: int

@@ -208,22 +208,27 @@ def token_source() -> str:
     return os.environ.get("RAY_AUTH_TOKEN_PATH") or "~/.ray/auth_token"
 
 
-def require_memory(need: int, what: str, remedy: str) -> None:
-    """Make sure the cluster's largest node has `need` bytes of memory for one process: `what`
-    names the process and its use, `remedy` says what the user can change."""
-    largest = max((node["Resources"].get("memory", 0) for node in ray.nodes() if node["Alive"]), default=0)
-    if need > largest:
+def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> None:
+    """A UsageError unless the cluster's node of most memory holds the state vectors of one process
+    simulating `qubits` qubits on `threads` threads, sized as the process sizes them (`config.state_bytes`
+    in `config.worker_state_memory` of the node's memory and CPUs): as many circuits at once as fit that
+    share, so only one circuit too large for it fails; `what` names the process."""
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    hosts = [node for node in nodes if node.get("CPU", 0) >= threads] or nodes  # not a head of no CPUs
+    node = max(hosts, key=lambda resources: share_of(resources, threads), default={})
+    memory = share_of(node, threads)
+    need = config.state_bytes(qubits, threads, memory)
+    if need > memory:
         raise UsageError(
-            f"{what} need {need / 2**30:.3g} GiB of memory, more than the largest Ray node has "
-            f"({largest / 2**30:.3g} GiB): {remedy}, or add larger nodes"
+            f"{what}'s state vectors ({qubits} qubits, {threads} thread(s)) need {need / 2**30:.3g} GiB of "
+            f"memory, more than the largest Ray node has for a process of {threads} CPU(s) ({memory / 2**30:.3g} "
+            f"GiB of its {node.get('memory', 0) / 2**30:.3g}): {remedy}, or add larger nodes"
         )
 
 
-def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> None:
-    """`require_memory` for the state vectors of a process simulating `qubits` qubits on `threads`
-    threads (`config.state_bytes`); `what` names the process."""
-    need = config.state_bytes(qubits, threads)
-    require_memory(need, f"{what}'s state vectors ({qubits} qubits, {threads} thread(s))", remedy)
+def share_of(resources: dict, threads: int) -> int:
+    """The bytes a process of `threads` CPUs on a Ray node of these resources gives its state vectors."""
+    return config.worker_state_memory(resources.get("memory", 0), resources.get("CPU", 0) or threads, threads)
 
 
 def placeable_workers(cpus_per_worker: int) -> int:

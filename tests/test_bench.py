@@ -131,3 +131,20 @@ def test_bad_input_is_one_line_and_status_2(args, message):
     done = run_command("bench", *args)
     assert done.returncode == 2 and message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_roofline_of_the_kernels_passes(tmp_path):
+    """Each pass kind of the kernel (small states, short timings): its operations and bytes per amplitude, its
+    rates against this machine's peaks in each place, as a table and a plot."""
+    from qml_ray.bench import circuits, figures
+
+    found = circuits.roofline(1, (("in cache", 10), ("from memory", 13)), 0.01)
+    assert found["peak_flops"] > 0 and found["pass_bandwidth from memory"] > 0
+    assert set(found["kinds"]) == set(circuits.PASS_KINDS)
+    for measured in found["kinds"].values():
+        assert measured["in cache"]["bytes"] > 0 and measured["from memory"]["ns_per_amplitude"] > 0
+    doc = {"threads": 1, "kernel_path": kernel.PATH, "probes": [{"qubits": 4}, {"qubits": 20, "roofline": found}]}
+    table = "\n".join(circuits.roofline_lines(doc["probes"]))
+    assert "| relabelling | 0, 16 | " in table and "a state of 10 qubits in a core's cache" in table
+    figures.plot_roofline(doc, tmp_path / "roofline.png")
+    assert (tmp_path / "roofline.png").stat().st_size > 0

@@ -2,9 +2,12 @@
 simulator, on the QCNN, on random circuits of every supported gate family (TFQ's own random circuits among
 them, with any controls). (In training: test_quantum_layers.)"""
 
+import concurrent.futures
+import contextlib
 import importlib
 import itertools
 import random
+import threading
 
 import cirq
 import numpy as np
@@ -14,7 +17,7 @@ import tensorflow as tf
 import tensorflow_quantum as tfq
 
 from qml_ray import config, kernel
-from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate
+from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, sharing_threads
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -82,27 +85,47 @@ def directional_differences(circuits, symbols, values, readouts, upstream, direc
     return out
 
 
-def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, threads=2) -> None:
-    """Block expectations (on `threads` threads) equal cirq's and TFQ's within 1e-5; block gradients equal
-    TFQ's Adjoint, component by component, within `tfq_tolerance` (TFQ's own float32 gradient strays
-    further on some gate mixes), and cirq's central differences within 1e-4 along random directions (a
-    wrong component shows in every direction but those orthogonal to it: none, almost surely; two
-    simulations per direction where one per symbol would take 2 per symbol)."""
-    block_forward, block = forward_and_gradient(
-        BlockAdjoint(threads=threads), circuits, symbols, values, readouts, upstream
-    )
+THREADS = (1, 2, 3)
+
+
+def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, threads=THREADS) -> dict:
+    """Block expectations equal cirq's and TFQ's within 1e-5; block gradients equal TFQ's Adjoint, component
+    by component, within `tfq_tolerance` (TFQ's own float32 gradient strays further on some gate mixes), and
+    cirq's central differences within 1e-4 along random directions (a wrong component shows in every direction
+    but those orthogonal to it: none, almost surely; two simulations per direction where one per symbol would
+    take 2 per symbol). The references once; the block method on every SIMD path this CPU runs, each on each
+    of `threads` threads (a batch one circuit per thread, or one circuit's passes shared between them).
+    Returns the block method's expectations and gradient for each (path, threads)."""
     tfq_forward, adjoint = forward_and_gradient(
         tfq.differentiators.Adjoint(), circuits, symbols, values, readouts, upstream
     )
     exact = [cirq_expectations(c, symbols, v, r) for c, v, r in zip(circuits, values.astype(np.float64), readouts)]
-    np.testing.assert_allclose(block_forward, exact, atol=1e-5)
-    np.testing.assert_allclose(block_forward, tfq_forward, atol=1e-5)
     directions = np.random.default_rng(len(symbols)).standard_normal((DIRECTIONS, len(symbols)))
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     reference = directional_differences(circuits, symbols, values, readouts, upstream, directions)
     assert np.abs(reference).max() > 0.01  # a real gradient, not zeros everywhere
-    np.testing.assert_allclose(block @ directions.T, reference, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(block, adjoint, rtol=tfq_tolerance, atol=tfq_tolerance)
+    found = {}
+    for path, n in itertools.product(kernel.supported_paths(), threads):
+        with kernel_on(path):
+            found[path, n] = block_forward, block = forward_and_gradient(
+                BlockAdjoint(threads=n), circuits, symbols, values, readouts, upstream
+            )
+        where = f"the {path} path on {n} thread(s)"
+        np.testing.assert_allclose(block_forward, exact, atol=1e-5, err_msg=where)
+        np.testing.assert_allclose(block_forward, tfq_forward, atol=1e-5, err_msg=where)
+        np.testing.assert_allclose(block @ directions.T, reference, rtol=1e-4, atol=1e-4, err_msg=where)
+        np.testing.assert_allclose(block, adjoint, rtol=tfq_tolerance, atol=tfq_tolerance, err_msg=where)
+    return found
+
+
+@contextlib.contextmanager
+def kernel_on(path: str):
+    """The kernel on `path` within the block (`kernel.use`), then on the path it ran on before."""
+    before = kernel.use(path)
+    try:
+        yield
+    finally:
+        kernel.use(before)
 
 
 @pytest.mark.parametrize("qubits, layers", [(4, 1), (4, 2), (5, 3), (8, 1), (8, 3), (11, 1), (11, 2)])
@@ -135,7 +158,7 @@ def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, kept_byte
     values = rng.uniform(-2, 2, size=(3, len(symbols)))
     readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
     upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
-    check(circuits, symbols, values, readouts, upstream, threads=1)
+    check(circuits, symbols, values, readouts, upstream, threads=(1,))
 
 
 def test_final_states_are_kept_within_their_bytes():
@@ -150,9 +173,26 @@ def test_final_states_are_kept_within_their_bytes():
         assert [states.take(key) is state for key in range(kept + 3)] == [False] * 3 + [True] * kept
 
 
+def test_the_memory_rule_of_a_16_vcpu_64_gib_node():
+    """A worker of 15 CPUs on a 16-vCPU, 64 GiB node gives its states 0.75 x 60 GiB: 23 qubits (64 MiB a
+    state) one circuit per thread and 4 kept states per thread; 28 qubits (2 GiB) 7 circuits at once and 7
+    kept states; 30 qubits (8 GiB) one circuit and its kept state; with no bound, 2 states per thread and the
+    kept ones, as before."""
+    gib = 2**30
+    memory = config.worker_state_memory(64 * gib, 16, 15)
+    assert memory == 45 * gib
+    for qubits, at_once, kept in ((23, 15, 60), (28, 7, 7), (30, 1, 1)):
+        one = config.AMPLITUDE_BYTES * 2**qubits
+        assert (config.circuits_at_once(one, 15, memory), config.kept_states(15, one, memory)) == (at_once, kept)
+        assert config.state_bytes(qubits, 15, memory) == (2 * at_once + kept) * one <= memory
+    assert config.kept_states(15, 8 * 2**32, 15 * gib) == 0  # 32 qubits: one circuit, nothing kept
+    assert config.state_bytes(23, 2) == (2 * 2 + 8) * 64 * 2**20
+
+
 def test_one_circuit_shared_between_threads():
     """A batch of one 16-qubit circuit on 2 threads cuts every pass of the circuit in two: the values
-    still equal cirq's, central differences and TFQ's; and on 1, 2 or 3 threads they agree within 1e-6."""
+    still equal cirq's, central differences and TFQ's; and on 1, 2 or 3 threads they agree within 1e-6, on
+    every path."""
     rng = np.random.default_rng(16)
     register = qubits_for(16)
     model, readout_qubits = qcnn_circuit(register, 1)
@@ -161,14 +201,88 @@ def test_one_circuit_shared_between_threads():
     values = rng.uniform(-2, 2, size=(1, len(symbols)))
     readouts = [[cirq.Z(q) for q in readout_qubits]]
     upstream = rng.uniform(-1, 1, size=(1, len(readout_qubits)))
-    check(circuits, symbols, values, readouts, upstream)
-    one, *shared = (
-        forward_and_gradient(BlockAdjoint(threads=threads), circuits, symbols, values, readouts, upstream)
-        for threads in (1, 2, 3)
-    )
-    for other in shared:
-        np.testing.assert_allclose(other[0], one[0], atol=1e-6)
-        np.testing.assert_allclose(other[1], one[1], atol=1e-6)
+    found = check(circuits, symbols, values, readouts, upstream)
+    for path in kernel.supported_paths():
+        one, *shared = (found[path, threads] for threads in THREADS)
+        for other in shared:
+            np.testing.assert_allclose(other[0], one[0], atol=1e-6)
+            np.testing.assert_allclose(other[1], one[1], atol=1e-6)
+
+
+def count_states(monkeypatch, final_states: FinalStates) -> tuple[list, set]:
+    """From here to the test's end: [states in flight now, the most the kernel's circuits in flight (2 states
+    each) and `final_states`' kept states held at once], and the parts the kernel's calls were cut into."""
+    held, parts_seen, lock = [0, 0], set(), threading.Lock()
+
+    def counted(real, parts_at):
+        def run(*args):
+            with lock:
+                held[0] += 2
+                held[1] = max(held[1], held[0] + len(final_states._states))
+                parts_seen.add(args[parts_at])
+            try:
+                return real(*args)
+            finally:
+                with lock:
+                    held[0] -= 2
+
+        return run
+
+    monkeypatch.setattr(kernel, "circuit_expectations", counted(kernel.circuit_expectations, 4))
+    monkeypatch.setattr(kernel, "circuit_gradient", counted(kernel.circuit_gradient, 5))
+    return held, parts_seen
+
+
+@pytest.mark.parametrize(
+    "states, slots",  # the memory in states of 16 qubits; the threads of each circuit run at once
+    [(9, [1, 1, 1]), (6, [2, 1]), (3, [3]), (2, [3])],
+)
+def test_a_batch_fills_the_threads_by_size(monkeypatch, states, slots):
+    """A batch of 3 circuits of 16 qubits on 3 threads, with memory for `states` of their states: one circuit
+    per thread while each fits with its kept state (3 states), else as many at once as fit so, at least one,
+    each on its share of the threads (no more than the CPUs); the circuits in flight (2 states each) and the
+    kept states never hold more states than the memory; the values equal one thread's with no bound within
+    1e-6."""
+    circuits, symbols, values, readouts, upstream = ladder_batch(16, 3, seed=3)
+    one_state = config.AMPLITUDE_BYTES * 2**16
+    adjoint = BlockAdjoint(threads=3, memory=states * one_state)
+    assert adjoint.slots(3, 16) == slots and adjoint.slots(1, 16) == [3]
+    held, parts_seen = count_states(monkeypatch, adjoint._states)
+    block = forward_and_gradient(adjoint, circuits, symbols, values, readouts, upstream)
+    assert held[1] <= max(states, 2) and parts_seen == {min(parts, sharing_threads()) for parts in slots}
+    monkeypatch.undo()
+    reference = forward_and_gradient(BlockAdjoint(threads=1), circuits, symbols, values, readouts, upstream)
+    np.testing.assert_allclose(block[0], reference[0], atol=1e-6)
+    np.testing.assert_allclose(block[1], reference[1], atol=1e-6)
+
+
+def test_the_differentiators_of_a_process_share_its_memory(monkeypatch):
+    """Two BlockAdjoints (two layers' gradients) with memory for 6 states of 16 qubits, each a batch of 3
+    circuits on 3 threads, at the same time: they keep their states in one place, and their circuits in flight
+    and kept states together never hold more than the 6 states (each alone would run 2 circuits at once); the
+    values equal one thread's within 1e-6."""
+    circuits, symbols, values, readouts, upstream = ladder_batch(16, 3, seed=4)
+    memory = 6 * config.AMPLITUDE_BYTES * 2**16
+    first, second = BlockAdjoint(threads=3, memory=memory), BlockAdjoint(threads=3, memory=memory)
+    assert first._states is second._states and first.slots(3, 16) == [2, 1]
+    programs, names = tfq.convert_to_tensor(circuits).numpy(), np.array([str(s).encode() for s in symbols])
+    sums = tfq.convert_to_tensor(readouts).numpy()
+
+    def forward_and_gradient_of(adjoint) -> tuple:
+        return (
+            adjoint.expectations(programs, names, values, sums),
+            adjoint.gradient(programs, names, values, sums, upstream),
+        )
+
+    held, _ = count_states(monkeypatch, first._states)
+    with concurrent.futures.ThreadPoolExecutor(2) as both:
+        found = list(both.map(forward_and_gradient_of, (first, second)))
+    assert held[1] <= 6
+    monkeypatch.undo()
+    reference = forward_and_gradient_of(BlockAdjoint(threads=1))
+    for block in found:
+        np.testing.assert_allclose(block[0], reference[0], atol=1e-6)
+        np.testing.assert_allclose(block[1], reference[1], atol=1e-6)
 
 
 @pytest.fixture
@@ -254,26 +368,24 @@ def segments_of(circuit) -> list[tuple[int, np.ndarray]]:
 def test_segments_applied_tile_by_tile(tiles_of_10_bits):
     """12 qubits in tiles of 2^10 amplitudes: consecutive blocks on the bits below 10 (which do not
     commute) are segments, each applied and un-applied a tile at a time; the values still equal cirq's,
-    central differences and TFQ's, on 1 and 2 threads."""
+    central differences and TFQ's, on every path and on 1, 2 and 3 threads."""
     circuits, symbols, values, readouts, upstream = ladder_batch(12, 2, seed=12)
     circuit = plan_of(circuits, symbols, readouts)[0].circuit
     assert circuit.tile_bits == 10 and np.diff(circuit.segments).max() >= 3
-    for threads in (1, 2):
-        check(circuits, symbols, values, readouts, upstream, threads=threads)
+    check(circuits, symbols, values, readouts, upstream)
 
 
 def test_segments_with_windows_among_the_high_bits(tiles):
     """Brickwork on 12 of 17 qubits (the idle ones parked on the lowest bits, so no relabelling) in tiles of 2^13
     amplitudes: blocks are put out of the circuit's order into segments, some with a window below the tile's
     bits, so on the highest bits, whose tiles are runs of the state far apart; the values still equal cirq's,
-    central differences and TFQ's, on 1 and 2 threads."""
+    central differences and TFQ's, on every path and on 1, 2 and 3 threads."""
     tiles(13)
     circuits, symbols, values, readouts, upstream = brickwork_batch(17, 12, 4, 2, seed=17)
     circuit = plan_of(circuits, symbols, readouts)[0].circuit
     windowed = [bits for window, bits in segments_of(circuit) if window < circuit.tile_bits]
     assert windowed and max(bits.max() for bits in windowed) >= circuit.tile_bits
-    for threads in (1, 2):
-        check(circuits, symbols, values, readouts, upstream, threads=threads)
+    check(circuits, symbols, values, readouts, upstream)
 
 
 def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
@@ -686,7 +798,7 @@ def test_masked_gates_among_segments_and_parked_qubits(tiles):
     """17 qubits in tiles of 2^13 amplitudes: brickwork on 12 (segments, some windows among the high bits)
     with multi-controlled gates between its layers, controlled by active qubits (high bits) and idle ones (parked
     on the low bits), of values 0 and 1, targets on both sides of their controls; the values equal cirq's,
-    central differences and TFQ's, on 1 and 2 threads."""
+    central differences and TFQ's, on every path and on 1, 2 and 3 threads."""
     tiles(13)
     qubits = 17
     circuits, symbols, values, readouts, upstream = brickwork_batch(qubits, 12, 4, 2, seed=17)
@@ -704,8 +816,7 @@ def test_masked_gates_among_segments_and_parked_qubits(tiles):
     assert len(masks) == 4 and len(segments_of(circuit)) >= 2
     assert any(m >> circuit.tile_bits for m in masks)  # controls on the high bits ...
     assert any(m & ((1 << kernel.PARKED_BITS) - 1) for m in masks)  # ... and on the parked ones
-    for threads in (1, 2):
-        check(circuits, symbols, values, readouts, upstream, threads=threads)
+    check(circuits, symbols, values, readouts, upstream)
 
 
 def test_a_noise_channel_is_one_line_naming_the_route():

@@ -1,6 +1,7 @@
 """The cost per circuit as plots, from a `circuits` run's circuits.json: circuits.png (seconds per
-circuit against qubits, TFQ against the block kernel) and, when the run timed the peers, peers.png
-(the block kernel beside qsim and PennyLane Lightning on the same circuits).
+circuit against qubits, TFQ against the block kernel), when the run timed the peers, peers.png (the
+block kernel beside qsim and PennyLane Lightning on the same circuits), and roofline.png (the kernel's
+passes against this machine's peaks).
 
     python -m qml_ray.bench.figures benchmarks/circuits benchmarks/circuits-compiled
 
@@ -78,13 +79,46 @@ def plot_peers(doc: dict, path: Path) -> None:
     plt.close(figure)
 
 
+def plot_roofline(doc: dict, path: Path) -> None:
+    """The roofline: operations per second against operations per byte, the machine's peak and its in-place
+    pass's bandwidth in cache and from memory as lines, each pass kind of the kernel as a point in each."""
+    plt = pyplot()
+    found = next(p["roofline"] for p in doc["probes"] if p.get("roofline"))
+    peak = found["peak_flops"] / 1e9
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for index, where in enumerate(("in cache", "from memory")):
+        bandwidth = found[f"pass_bandwidth {where}"] / 1e9
+        intensity = [0.05, peak / bandwidth, 20.0]  # the roof bends where the bandwidth meets the peak
+        axes.plot(intensity, [min(peak, bandwidth * x) for x in intensity], f"C{index}-", label=f"roof, {where}")
+        for kind, measured in found["kinds"].items():
+            x = (
+                max(measured["flops_per_amplitude"], 0.1 * measured["bytes_per_amplitude"])
+                / measured["bytes_per_amplitude"]
+            )
+            rate = max(measured[where]["flops"], 0.1 * measured[where]["bytes"]) / 1e9
+            axes.plot([x], [rate], f"C{index}o")
+            axes.annotate(kind, (x, rate), fontsize=7, textcoords="offset points", xytext=(4, -10 if index else 4))
+    axes.axhline(peak, color="k", linestyle=":", label=f"peak {peak:.0f} GFLOP/s (float32 matrix products)")
+    axes.set(xscale="log", yscale="log", xlabel="FLOP per byte (a relabelling drawn at 0.1)", ylabel="GFLOP/s")
+    axes.set_title(f"The kernel's passes on the roofline ({title(doc)})")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def draw(doc: dict, folder: Path) -> list[Path]:
-    """circuits.png, and peers.png when the run timed the peers, in `folder`; the paths written."""
+    """circuits.png, peers.png when the run timed the peers, roofline.png when it measured the roofline, in
+    `folder`; the paths written."""
     paths = [folder / "circuits.png"]
     plot_scaling(doc, paths[0])
     if any(p.get("peers") for p in doc["probes"]):
         paths.append(folder / "peers.png")
-        plot_peers(doc, paths[1])
+        plot_peers(doc, paths[-1])
+    if any(p.get("roofline") for p in doc["probes"]):
+        paths.append(folder / "roofline.png")
+        plot_roofline(doc, paths[-1])
     return paths
 
 

@@ -4,14 +4,17 @@
 e.g. `tfq.layers.PQC(circuit, readouts, differentiator=BlockAdjoint())`. Both passes run on the
 circuit fused into two-qubit blocks (`plan`) in the compiled kernel (`qml_ray.kernel`): the forward
 simulates it, the gradient runs one backward sweep over the blocks, from the state the forward left
-where it can (`FinalStates`); one circuit per thread across the batch, and when the batch has fewer
-circuits than threads, each circuit's passes shared between the threads left over.
+where it can (`FinalStates`). A batch fills the threads by size: one circuit per thread while each fits
+the process's memory with its kept state, else as many at once as fit, and when fewer circuits run at once
+than there are threads, each circuit's passes are shared between its share of them (`BlockAdjoint.slots`).
 """
 
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import os
+import queue
 import threading
 
 import numpy as np
@@ -20,10 +23,11 @@ import tensorflow_quantum as tfq
 from tensorflow_quantum.python.differentiators import differentiator
 
 from qml_ray import kernel
-from qml_ray.config import kept_states
-from qml_ray.gradients.plan import UnsupportedGate, plan
+from qml_ray.config import AMPLITUDE_BYTES, IN_FLIGHT_STATES, circuits_at_once, kept_states
+from qml_ray.gradients.memory import state_memory
+from qml_ray.gradients.plan import UnsupportedGate, canonical, plan
 
-__all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads"]
+__all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads", "process_final_states"]
 
 SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share (docs/kernel-notes.md#threads)
 
@@ -50,42 +54,84 @@ NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes 
 
 
 class FinalStates:
-    """The final states of the latest forward passes, as many as `config.kept_states` allows on `threads`
-    threads (LRU), each taken once by the gradient of the same circuit at the same values: in a training step
-    the gradient follows its forward, and its sweep then starts from the state instead of simulating the
-    circuit again (one of the about 4 forwards' worth of work a circuit's forward + gradient costs). A worker
-    holds the kept states, and a state and co-state in each thread's gradient."""
+    """The final states of the latest forward passes (LRU), as many as `config.kept_states` allows on
+    `threads` threads with `memory` bytes for the states (None: no bound), each taken once by the gradient of
+    the same circuit at the same values: in a training step the gradient follows its forward, and its sweep
+    then starts from the state instead of simulating the circuit again (one of the about 4 forwards' worth of
+    work a circuit's forward + gradient costs). A worker holds the kept states, and a state and co-state for
+    each circuit it runs at once (the kept state it took among them). Every `BlockAdjoint` of a process (one per
+    layer) keeps its states in the same `process_final_states`, so that they hold the process's memory
+    together, each state tagged with the differentiator that kept it; and each circuit it runs reserves its
+    2 states here while it runs (`in_flight`), so that circuits of several differentiators at once wait
+    rather than overflow the memory, the oldest kept states giving way to them."""
 
-    def __init__(self, threads: int):
-        self.threads = threads
+    def __init__(self, threads: int, memory: int | None = None):
+        self.threads, self.memory = threads, memory
         self._states = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._in_flight = 0  # bytes the circuits running have reserved
 
-    def keep(self, key: tuple, state: np.ndarray) -> None:
+    def keep(self, key: tuple, state: np.ndarray, owner: int | None = None) -> None:
+        """Keep a circuit's final state, from within its `in_flight` (whose bytes hold it until it ends)."""
         with self._lock:
-            self._states[key] = state
+            self._states[key] = owner, state
             self._states.move_to_end(key)
-            while len(self._states) > kept_states(self.threads, state.nbytes):
+            while len(self._states) > kept_states(self.threads, state.nbytes, self.memory) or (
+                len(self._states) > 1 and self._over(-state.nbytes)
+            ):
                 self._states.popitem(last=False)
+
+    @contextlib.contextmanager
+    def in_flight(self, nbytes: int):
+        """`nbytes` reserved for a circuit while it runs (its state and co-state): waits while other circuits'
+        reservations leave no room for it; kept states, oldest first, give way to it."""
+        with self._room:
+            while self._in_flight and self.memory is not None and self._in_flight + nbytes > self.memory:
+                self._room.wait()
+            self._in_flight += nbytes
+            while self._states and self._over(0):
+                self._states.popitem(last=False)
+        try:
+            yield
+        finally:
+            with self._room:
+                self._in_flight -= nbytes
+                self._room.notify_all()
+
+    def _over(self, extra: int) -> bool:
+        """Whether the reservations, the kept states and `extra` bytes take more than the memory."""
+        kept = sum(state.nbytes for _, state in self._states.values())
+        return self.memory is not None and self._in_flight + kept + extra > self.memory
 
     def take(self, key: tuple) -> np.ndarray:
         """The state kept for `key`, no longer kept; else NO_STATE."""
         with self._lock:
-            return self._states.pop(key, NO_STATE)
+            return self._states.pop(key, (None, NO_STATE))[1]
 
-    def clear(self) -> None:
+    def clear(self, owner: int | None = None) -> None:
+        """No more states kept by `owner` (None: by any)."""
         with self._lock:
-            self._states.clear()
+            for key in [key for key, (kept_by, _) in self._states.items() if owner in (None, kept_by)]:
+                del self._states[key]
+
+
+@functools.cache
+def process_final_states(threads: int, memory: int) -> FinalStates:
+    """The final states every `BlockAdjoint` of this process on `threads` threads with `memory` bytes keeps."""
+    return FinalStates(threads, memory)
 
 
 class BlockAdjoint(tfq.differentiators.Differentiator):
     """Expectations and their adjoint gradients over fused two-qubit blocks, on `threads` threads
-    (default: `default_threads()`)."""
+    (default: `default_threads()`), with the state vectors in `memory` bytes (default: `memory.state_memory`,
+    the threads' share of the machine's)."""
 
-    def __init__(self, threads: int | None = None):
+    def __init__(self, threads: int | None = None, memory: int | None = None):
         self.threads = threads or default_threads()
+        self.memory = memory or state_memory(self.threads)
         self._pool = None
-        self._states = FinalStates(self.threads)
+        self._states = process_final_states(self.threads, self.memory)
 
     def generate_differentiable_op(self, *, sampled_op=None, analytic_op=None):
         """The expectation op made differentiable; the forward is this class's own, not `analytic_op`."""
@@ -130,7 +176,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
         def one(row, circuit, readouts, parts) -> None:
             state = kernel.circuit_expectations(circuit, values[row], readouts, out[row], parts)
-            self._states.keep(self._key(programs[row], symbol_names, values[row]), state)
+            self._states.keep(self._key(programs[row], symbol_names, values[row]), state, id(self))
 
         self._each(one, programs, symbol_names, pauli_sums)
         return out.astype(np.float32)
@@ -145,25 +191,51 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
             kernel.circuit_gradient(circuit, values[row], readouts, upstream[row], out[row], parts, state)
 
         self._each(one, programs, symbol_names, pauli_sums)
-        self._states.clear()  # states no gradient asked for (another batch's, a validation pass's) go too
+        self._states.clear(id(self))  # its states no gradient asked for (another batch's, a validation pass's) go too
         return out.astype(np.float32)
 
     @staticmethod
     def _key(program: bytes, symbol_names, values: np.ndarray) -> tuple:
-        """What determines a circuit's final state: its program, and the value of each of its symbols."""
-        return program, tuple(symbol_names), values.tobytes()
+        """What determines a circuit's final state: its program (serialized the same way every time, so that a
+        circuit simulated again replaces its kept state), and the value of each of its symbols."""
+        return canonical(program), tuple(symbol_names), values.tobytes()
 
     def _each(self, run, programs, symbol_names, pauli_sums) -> None:
-        """run(row, circuit, readouts, parts) for each circuit of the batch, side by side on the pool; a
-        circuit of SHARED_FROM_QUBITS or more is cut into the parts its share of the threads allows."""
+        """run(row, circuit, readouts, parts) for each circuit of the batch on the pool, as many side by side as
+        `slots` gives threads to, each circuit of SHARED_FROM_QUBITS or more cut into its slot's parts."""
         names = self._names(symbol_names)
-        parts = min(max(1, self.threads // max(1, len(programs))), sharing_threads())
+        inputs = list(
+            self.pool().map(lambda row: kernel_inputs(programs[row], names, pauli_sums[row]), range(len(programs)))
+        )
+        if not inputs:
+            return
+        slots = queue.SimpleQueue()
+        for parts in self.slots(len(inputs), max(circuit.qubits for circuit, _ in inputs)):
+            slots.put(parts)
 
         def one(row: int) -> None:
-            circuit, readouts = kernel_inputs(programs[row], names, pauli_sums[row])
-            run(row, circuit, readouts, parts if circuit.qubits >= SHARED_FROM_QUBITS else 1)
+            circuit, readouts = inputs[row]
+            parts = slots.get()
+            try:
+                with self._states.in_flight(IN_FLIGHT_STATES * AMPLITUDE_BYTES * 2**circuit.qubits):
+                    run(
+                        row,
+                        circuit,
+                        readouts,
+                        min(parts, sharing_threads()) if circuit.qubits >= SHARED_FROM_QUBITS else 1,
+                    )
+            finally:
+                slots.put(parts)
 
-        list(self.pool().map(one, range(len(programs))))
+        list(self.pool().map(one, range(len(inputs))))
+
+    def slots(self, circuits: int, qubits: int) -> list[int]:
+        """The threads of each circuit a batch of `circuits` circuits of up to `qubits` qubits runs at once:
+        as many circuits as `config.circuits_at_once` fits in the memory (one per thread while they fit), no more
+        than the batch has, the threads shared between them as evenly as they divide."""
+        at_once = min(circuits, circuits_at_once(AMPLITUDE_BYTES * 2**qubits, self.threads, self.memory))
+        share, more = divmod(self.threads, at_once)
+        return [share + (slot < more) for slot in range(at_once)]
 
     @staticmethod
     def _names(symbol_names) -> tuple:

@@ -42,7 +42,7 @@ class Plan:
 
     def readouts(self, pauli_sums: tuple) -> kernel.Readouts:
         """The serialized Pauli sums on this circuit's qubits, as the kernel reads them."""
-        return readouts.compiled(pauli_sums, tuple(self.qubit_index.items()))
+        return readouts.compiled(pauli_sums, tuple(self.qubit_index.items()), kernel.PATH)
 
     def readout_arrays(self, pauli_sums: tuple) -> Readouts:
         """The serialized Pauli sums on this circuit's qubits: the arrays `kernel.Readouts` is made from."""
@@ -51,13 +51,20 @@ class Plan:
 
 def plan(program: bytes, symbol_names: tuple) -> Plan:
     """The plan of a serialized program, its symbols numbered as in `symbol_names`. Plans are cached by
-    the program's deterministic serialization: TFQ's ops serialize argument maps in varying order."""
-    return _plan(program_pb2.Program.FromString(program).SerializeToString(deterministic=True), symbol_names)
+    the program's deterministic serialization (TFQ's ops serialize argument maps in varying order), and the
+    kernel's path (`kernel.use`)."""
+    return _plan(canonical(program), symbol_names, kernel.PATH)
+
+
+def canonical(program: bytes) -> bytes:
+    """A serialized program as the same program always serializes: TFQ's ops serialize argument maps in
+    varying order."""
+    return program_pb2.Program.FromString(program).SerializeToString(deterministic=True)
 
 
 @functools.lru_cache(maxsize=8192)
-def _plan(program: bytes, symbol_names: tuple) -> Plan:
-    """The stages, one after another."""
+def _plan(program: bytes, symbol_names: tuple, path: str) -> Plan:
+    """The stages, one after another, for the kernel on `path`."""
     proto = program_pb2.Program.FromString(program)
     ops = [op for moment in proto.circuit.moments for op in moment.operations]
     index = gates.qubit_index(ops)
