@@ -242,6 +242,18 @@ def error_text(error: BaseException) -> str:
     return one_line(getattr(error, "cause", None) or error)
 
 
+def trial_error(trial) -> BaseException | str | None:
+    """A failed trial's error: Tune's own copy, written in the trial's local folder as it fails (the
+    sweep's storage gets it only at Tune's next sync), else the one in storage; None when Tune itself
+    ended the trial."""
+    from ray import cloudpickle
+
+    if trial.pickled_error_file and os.path.exists(trial.pickled_error_file):
+        with open(trial.pickled_error_file, "rb") as file:
+            return cloudpickle.load(file)
+    return trial.get_pickled_error() or trial.get_error()
+
+
 class TrialLines(TrialProgressCallback):
     """Prints one line per trial as it finishes, stops early or fails: in place of Tune's own progress
     lines (a progress callback given, Tune adds none), whose "Trial ... completed" came even at verbose=0
@@ -258,7 +270,7 @@ class TrialLines(TrialProgressCallback):
         self.print(trial)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        error = trial.get_pickled_error() or trial.get_error()  # none when Tune itself ended the trial
+        error = trial_error(trial)
         self.print(trial, error_text(error) if error else "failed")
 
     def print(self, trial, error: str = "") -> None:

@@ -90,7 +90,7 @@ def test_a_trial_that_dies_before_its_first_report_is_named_failed(tmp_path, sha
     assert re.fullmatch(failed, states["test_fraction=0.001-seed=7"])
     history = pd.read_csv(tmp_path / "d/test_fraction=0.3-seed=7/metrics.csv")
     assert history["epoch"].tolist() == [1, 2] and history["accuracy"].notna().all()
-    assert "trial test_fraction=0.001-seed=7: failed: the validation data has" in done.stdout
+    assert "trial test_fraction=0.001-seed=7: failed: the validation data has" in done.stdout, done.stdout
     assert done.stderr.splitlines()[-2:] == [
         "error: 1 of 2 trials failed",
         "rerun the command with --resume (--name d) to retry them",
