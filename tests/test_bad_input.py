@@ -447,7 +447,6 @@ def test_token_authentication_where_the_cluster_has_none_is_one_line(tmp_path, s
 TOKEN_PLACES = "the cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"
 TOKEN_MISMATCHES = {  # the shell's settings, what the one line says
     "disabled": ({"RAY_AUTH_MODE": "disabled"}, "does not (RAY_AUTH_MODE=disabled): set RAY_AUTH_MODE=token, with"),
-    "unset": ({"RAY_AUTH_MODE": None}, "does not (RAY_AUTH_MODE unset): set RAY_AUTH_MODE=token, with"),
     "wrong-token": (
         {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-clusters"},
         f"refuses this shell's token (from RAY_AUTH_TOKEN): give {TOKEN_PLACES}",
@@ -459,9 +458,7 @@ TOKEN_MISMATCHES = {  # the shell's settings, what the one line says
 }
 
 
-@pytest.mark.parametrize(
-    "command, shell", [("infer", "disabled"), ("sweep", "unset"), ("train", "wrong-token"), ("sweep", "no-token")]
-)
+@pytest.mark.parametrize("command, shell", [("infer", "disabled"), ("train", "wrong-token"), ("sweep", "no-token")])
 def test_a_shell_without_the_clusters_token_is_one_line(command, shell, trained_run, tmp_path, multi_node_cluster):
     """The multi-node cluster uses token authentication: a command joining it from a shell without its
     token ends in one line saying what to set, and nothing is written nor asked of the cluster."""

@@ -75,18 +75,18 @@ def test_ctrl_c_stops_the_sweep_at_once_and_resume_continues_it(tmp_path, shared
 def test_a_trial_that_dies_before_its_first_report_is_named_failed(tmp_path, shared_ray):
     """The re-uploading example (classical features, no circuit column): a trial whose Tune function
     fails before Tune has a result of it (here: a test fraction that leaves fewer validation rows than
-    workers, found as the trial starts) is a failed row of the results, named with its error, beside
-    the trial that trained; the command ends in its usual lines."""
+    workers, found as the trial starts; the two trials of one worker each side by side) is a failed row of
+    the results, named with its error, beside the trial that trained; the command ends in its usual lines."""
     from examples import reuploading
 
     reuploading.make_data(str(tmp_path / "circle"))
-    data = ("--model", "examples.reuploading:classifier", "--data", tmp_path / "circle", "--epochs", 2)
+    data = ("--model", "examples.reuploading:classifier", "--data", tmp_path / "circle", "--epochs", 2, "--workers", 1)
     options = ("--grid", "test_fraction=0.3,0.001", "--storage", tmp_path, "--name", "d", "--address", shared_ray)
     done = run_command("sweep", "--config", SMOKE, *data, *options, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
     states = pd.read_csv(tmp_path / "d/results.csv").set_index("trial")["state"]
     assert states["test_fraction=0.3-seed=7"] == "finished"
-    failed = r"failed: the validation data has [01] row\(s\), fewer than the 2 workers"
+    failed = r"failed: the validation data has 0 row\(s\), fewer than the 1 workers"
     assert re.fullmatch(failed, states["test_fraction=0.001-seed=7"])
     history = pd.read_csv(tmp_path / "d/test_fraction=0.3-seed=7/metrics.csv")
     assert history["epoch"].tolist() == [1, 2] and history["accuracy"].notna().all()
