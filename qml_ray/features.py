@@ -136,20 +136,23 @@ class Feed:
     def inputs(self, batch: dict):
         """A batch's model inputs from its numpy columns: the array of the one input, or a dict by
         input name (as Keras feeds several)."""
-        arrays = {put.name: _values(batch[column.name], put, column) for put, column in self.pairs}
-        return next(iter(arrays.values())) if len(arrays) == 1 else arrays
+        return _as_keras_takes({put.name: _values(batch[column.name], put, column) for put, column in self.pairs})
 
     def spec(self):
         """The tf.TensorSpec of `inputs`' batches (a dict of them for several inputs)."""
         import tensorflow as tf
 
-        specs = {
-            model_input.name: tf.TensorSpec(
-                [None, *model_input.shape], tf.string if model_input.takes_circuits else tf.float32
-            )
-            for model_input, _ in self.pairs
-        }
-        return next(iter(specs.values())) if len(specs) == 1 else specs
+        return _as_keras_takes(
+            {
+                put.name: tf.TensorSpec([None, *put.shape], tf.string if put.takes_circuits else tf.float32)
+                for put, _ in self.pairs
+            }
+        )
+
+
+def _as_keras_takes(by_input: dict):
+    """What Keras takes for a model's inputs: the one input's value, or a dict by input name."""
+    return next(iter(by_input.values())) if len(by_input) == 1 else by_input
 
 
 def _values(array: np.ndarray, model_input: ModelInput, column: Column) -> np.ndarray:
@@ -193,13 +196,15 @@ def _misfit(model_input: ModelInput, column: Column | None) -> str | None:
     if column is None:
         more = " and no 'circuit' column" if model_input.takes_circuits else ""
         return f"model input {model_input.name!r} has no column of its name{more}"
-    if model_input.takes_circuits != (column.kind == CIRCUITS):
+    fitting = (CIRCUITS,) if model_input.takes_circuits else (NUMBER, NUMBERS)
+    if column.kind not in fitting:
         takes = "serialized circuits" if model_input.takes_circuits else "numbers"
         return f"column {column.shown()} cannot feed model input {model_input.name!r}, which takes {takes}"
     if column.kind == NUMBERS and column.width is None:
         return f"the lists of column {column.name!r} differ in length: model input {model_input.name!r} takes one shape"
-    width = {CIRCUITS: 1, NUMBER: 1, NUMBERS: column.width}[column.kind]
-    values = int(np.prod([size for size in model_input.shape if size is not None], dtype=int))
-    if not model_input.takes_circuits and None not in model_input.shape and values != width:
+    if model_input.takes_circuits or None in model_input.shape:
+        return None
+    values = int(np.prod(model_input.shape, dtype=int))
+    if values != (column.width if column.kind == NUMBERS else 1):
         return f"column {column.shown()} does not fit model input {model_input.shown()}: {values} value(s) per row"
     return None

@@ -193,6 +193,7 @@ def test_named_inputs_take_their_columns_and_one_unnamed_input_takes_circuit():
             "column x (numbers of 3) does not fit model input x (float32 (4,))",
         ),
         ({"x": (1,)}, {"x": pa.list_(pa.float32())}, "the lists of column 'x' differ in length"),
+        ({"x": (1,)}, {"x": pa.list_(pa.string())}, "column x (other) cannot feed model input 'x'"),
     ],
 )
 def test_a_column_that_cannot_feed_its_input_is_named(model, data, message):
