@@ -54,26 +54,26 @@ def for_replica(
     `callbacks` function returns (the user's)."""
     config = job.config
     clock = EpochClock()
-    history = MetricsHistory(rows, clock, inputs.train_circuits, inputs.steps)
+    history = MetricsHistory(rows, clock, inputs.train_circuits, inputs.steps, inputs.workers)
     profile_steps = rank == 0 and config.profile_range()
     callbacks = [StepProfiler(profile_steps, config.epochs, summaries_dir, job.say)] if profile_steps else []
     callbacks += [clock, history]
     if rank == 0:
         callbacks += [
             ProgressLine(config.epochs, inputs.steps, inputs.train_circuits, say=job.say),
-            ConsoleLine(history, config.epochs, job.say),
+            ConsoleLine(history, config.epochs, job.say, config.elastic),
             TensorBoardLog(history, summaries_dir),
             RunLogs(history, job.run, summaries_dir),
         ]
     return callbacks + (extra(history, summaries_dir) if extra else []) + configured(config, rank, job.run)
 
 
-def ray_train(config: Config, run: str, rank: int, steps: int):
-    """for_replica's `extra` under Ray Train: each epoch reported, with its checkpoints (every rank),
-    and the rows as Ray metrics (rank 0)."""
+def ray_train(config: Config, run: str, rank: int, inputs):
+    """for_replica's `extra` under Ray Train (`inputs` the replica's worker.Inputs): each epoch reported,
+    with its checkpoints (every rank), and the rows as Ray metrics (rank 0)."""
 
     def extra(history: MetricsHistory, summaries_dir: str | None) -> list:
-        report = [RayReport(history, config, summaries_dir, steps)]
+        report = [RayReport(history, config, summaries_dir, inputs.steps, inputs.workers < config.workers)]
         return [*report, RayMetrics(history, os.path.basename(run))] if rank == 0 else report
 
     return extra
@@ -106,14 +106,15 @@ class EpochClock(tf.keras.callbacks.Callback):
 
 
 class MetricsHistory(tf.keras.callbacks.Callback):
-    """The history: each epoch's row (the epoch, the model's metrics, storage.TIMING_FIELDS) appended to
+    """The history: each epoch's row (the epoch, the model's metrics, storage.RECORD_FIELDS) appended to
     `rows`, which start with the epochs trained before (restored from a checkpoint). An epoch of
-    `steps` steps trains on `train_examples` circuits; one resumed mid-way (after a drain) on its
-    remaining steps' share."""
+    `steps` steps on `workers` workers trains on `train_examples` circuits; one resumed mid-way (after a
+    drain) on its remaining steps' share."""
 
-    def __init__(self, rows: list[dict], clock: EpochClock, train_examples: int, steps: int):
+    def __init__(self, rows: list[dict], clock: EpochClock, train_examples: int, steps: int, workers: int = 1):
         super().__init__()
         self.rows, self.clock, self.train_examples, self.steps = rows, clock, train_examples, steps
+        self.workers = workers
 
     def on_epoch_end(self, epoch, logs=None):
         metrics = {key: float(value) for key, value in logs.items() if np.ndim(value) == 0}
@@ -125,6 +126,7 @@ class MetricsHistory(tf.keras.callbacks.Callback):
                 "epoch_seconds": self.clock.seconds,
                 "circuits_per_second": circuits / self.clock.seconds,
                 "finished_at": self.clock.finished_at,
+                "workers": self.workers,
             }
         )
 
@@ -134,11 +136,12 @@ class MetricsHistory(tf.keras.callbacks.Callback):
 
 
 class ConsoleLine(tf.keras.callbacks.Callback):
-    """One line per epoch, handed to `say` (under Ray Train, a console.Console's)."""
+    """One line per epoch, handed to `say` (under Ray Train, a console.Console's); in an `elastic` run,
+    with the workers that trained it."""
 
-    def __init__(self, history: MetricsHistory, epochs: int, say: Callable[[str], None]):
+    def __init__(self, history: MetricsHistory, epochs: int, say: Callable[[str], None], elastic: bool = False):
         super().__init__()
-        self.history, self.epochs, self.say = history, epochs, say
+        self.history, self.epochs, self.say, self.elastic = history, epochs, say, elastic
 
     def on_epoch_end(self, epoch, logs=None):
         row = self.history.latest
@@ -149,6 +152,7 @@ class ConsoleLine(tf.keras.callbacks.Callback):
         self.say(
             f"epoch {row['epoch']}/{self.epochs}  {metrics}  "
             f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.3g} circuits/s"
+            + (f"  on {row['workers']} workers" if self.elastic else "")
         )
 
 
@@ -238,7 +242,8 @@ class RunLogs(tf.keras.callbacks.Callback):
 
 def history_csv(rows: list[dict]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["epoch"], lineterminator="\n")
+    fields = list(dict.fromkeys(key for row in rows for key in row)) or ["epoch"]  # an older run's rows lack some
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
@@ -246,15 +251,16 @@ def history_csv(rows: list[dict]) -> str:
 
 class RayReport(tf.keras.callbacks.Callback):
     """Ray Train: each epoch's row reported (and so shown by the dashboard), with a checkpoint
-    every `checkpoint_every` epochs and at the last, and one at the first step boundary after
+    every `checkpoint_every` epochs and at the last (every epoch while an elastic run is `short` of
+    workers: growing back restarts from the latest checkpoint), and one at the first step boundary after
     Ray Train sees a node of the run draining (a spot VM's reclaim notice), so the restart
     continues from that step. Every rank saves its weights, optimizer state and history (Keras
     synchronises metric variables while saving under the strategy); rank 0, the one given its
     TensorBoard `logdir`, adds those logs and hands its checkpoint to Ray Train."""
 
-    def __init__(self, history: MetricsHistory, config: Config, logdir: str | None, steps: int):
+    def __init__(self, history: MetricsHistory, config: Config, logdir: str | None, steps: int, short: bool = False):
         super().__init__()
-        self.history, self.config, self.logdir, self.steps = history, config, logdir, steps
+        self.history, self.config, self.logdir, self.steps, self.short = history, config, logdir, steps, short
         self.drained = self.drain_due = False  # a drain was seen; its checkpoint waits for the epoch's end
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -273,7 +279,12 @@ class RayReport(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         row = self.history.latest
-        due = row["epoch"] % self.config.checkpoint_every == 0 or row["epoch"] == self.config.epochs or self.drain_due
+        due = (
+            self.short
+            or row["epoch"] % self.config.checkpoint_every == 0
+            or row["epoch"] == self.config.epochs
+            or self.drain_due
+        )
         self.drain_due = False
         if due:
             self.save(row, row["epoch"])

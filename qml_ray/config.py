@@ -90,7 +90,12 @@ class Config(pydantic.BaseModel):
     test_fraction: Number = _key(0.3, "share of the examples held out for testing (validation), between 0 and 1")
     seed: Whole = _key(0, "seeds the data set, the weight initialisation and the shuffling", ge=0)
     epochs: Whole = _key(50, "passes over the training examples", ge=1)
-    batch_size: Whole = _key(32, "examples per step on each worker; the global batch is batch_size x workers", ge=1)
+    batch_size: Whole = _key(
+        32,
+        "examples per step on each worker; the global batch is batch_size x workers (elastic: x the most workers, "
+        "each worker taking its share, rounded up, on fewer)",
+        ge=1,
+    )
     learning_rate: Number = _key(0.02, "Adam's learning rate", gt=0, allow_inf_nan=False)
     hidden_activation: Literal["linear", "relu"] = _key(
         "linear",
@@ -110,7 +115,19 @@ class Config(pydantic.BaseModel):
         "(reshuffled there every epoch); a larger one streams from storage every epoch; 0: always stream",
         ge=0,
     )
-    workers: Whole = _key(1, "Ray Train workers, one MultiWorkerMirroredStrategy replica each", ge=1)
+    workers: Whole = _key(
+        1,
+        "Ray Train workers, one MultiWorkerMirroredStrategy replica each; MIN-MAX (8-32) trains elastically: "
+        "min_workers MIN, workers MAX",
+        ge=1,
+    )
+    min_workers: Whole = _key(
+        0,
+        "elastic training: when nodes are lost, go on at once with as few as this many workers, and grow back to "
+        "`workers` when nodes return, the global batch kept (docs/preemption.md#elastic-training); "
+        "0: exactly `workers`, a lost one's replacement awaited",
+        ge=0,
+    )
     cpus_per_worker: Whole = _key(1, "Ray CPUs per worker; also sizes its TensorFlow thread pools", ge=1)
     checkpoint_every: Whole = _key(5, "epochs between checkpoints (the last epoch always is one)", ge=1)
     max_failures: Whole = _key(3, "times Ray Train restarts the workers from the last checkpoint after a failure", ge=0)
@@ -135,6 +152,21 @@ class Config(pydantic.BaseModel):
         0, "on-demand TensorFlow profiler server on each worker at this port + its local rank; 0: off"
     )
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _worker_range(cls, values):
+        """`workers: MIN-MAX` as min_workers MIN and workers MAX."""
+        if not isinstance(values, dict) or not isinstance(values.get("workers"), str):
+            return values
+        least, dash, most = values["workers"].partition("-")
+        if not dash:
+            return values
+        _require(
+            least.strip().isdigit() and most.strip().isdigit() and "min_workers" not in values,
+            f"workers must be a whole number or MIN-MAX (8-32), got {values['workers']!r}",
+        )
+        return {**values, "workers": int(most), "min_workers": int(least)}
+
     @pydantic.field_validator("params", mode="before")
     @classmethod
     def _empty_params(cls, value):
@@ -147,6 +179,7 @@ class Config(pydantic.BaseModel):
         _require(1 <= self.layers <= most, f"layers must be 1..{most} for {self.qubits} qubits")
         _require(0 < self.test_fraction < 1, "test_fraction must be between 0 and 1")
         _require(bool(self.storage), "storage must not be empty")
+        _require(self.min_workers <= self.workers, f"min_workers must be at most workers ({self.workers})")
         self.profile_range()
         top = 65535 - self.workers  # room for port + local rank
         _require(
@@ -161,6 +194,16 @@ class Config(pydantic.BaseModel):
                 storage.check_location(location)
         _require(not self.validation_data or self.data, "validation_data needs data (the training data) too")
         return self
+
+    @property
+    def elastic(self) -> bool:
+        """Whether training goes on with fewer workers when nodes are lost (min_workers below workers)."""
+        return 0 < self.min_workers < self.workers
+
+    @property
+    def worker_range(self) -> str:
+        """The workers as the flag takes them: N, or MIN-MAX when elastic."""
+        return f"{self.min_workers}-{self.workers}" if self.elastic else str(self.workers)
 
     def profile_range(self) -> tuple[int, int] | None:
         """The first and last training step to trace (counted from 1), or None when off."""
@@ -253,6 +296,12 @@ def worker_state_memory(memory: int, cpus: float, threads: int) -> int:
     """The bytes a process on `threads` of a machine's `cpus` CPUs gives its state vectors, out of the
     machine's `memory`: STATE_MEMORY_SHARE of its CPUs' share of it (the rest for TensorFlow, Ray, the OS)."""
     return int(STATE_MEMORY_SHARE * memory * min(1.0, threads / max(cpus, 1e-9)))
+
+
+def worker_batch(config: Config, world_size: int) -> int:
+    """Examples per step on each of `world_size` workers: their share of the global batch (batch_size x
+    workers), rounded up; batch_size on `workers` workers."""
+    return -(-config.batch_size * config.workers // world_size)
 
 
 def split_sizes(config: Config) -> tuple[int, int]:

@@ -6,6 +6,7 @@ from the training workers to the command through a `Console`, which the command 
 """
 
 import contextlib
+import dataclasses
 import threading
 
 import ray
@@ -16,6 +17,26 @@ from qml_ray import interrupts, storage_errors
 from qml_ray.errors import EnvironmentProblem, UsageError
 
 END = None  # said by the command when the work is over: the relay stops there
+
+
+@dataclasses.dataclass(frozen=True)
+class Workers:
+    """Said by rank 0 as each attempt of an elastic run's worker group starts: its workers, of the most."""
+
+    count: int
+    most: int
+
+
+def resize_line(before: int | None, now: Workers) -> str | None:
+    """The console's line when an elastic run's worker group changed size (`before`: the last attempt's
+    workers, None at the first), else None."""
+    if before is None:
+        return f"training on {now.count} of {now.most} workers" if now.count < now.most else None
+    if now.count < before:
+        return f"continuing on {now.count} of {now.most} workers (a node was lost)"
+    if now.count == before:
+        return None
+    return f"back to {now.most} workers" if now.count == now.most else f"growing to {now.count} of {now.most} workers"
 
 
 class Console:
@@ -30,6 +51,10 @@ class Console:
     def say(self, line: str) -> None:
         self.queue.put(line)
 
+    def workers(self, count: int, most: int) -> None:
+        """Rank 0's count of its attempt's workers: the command says when it changed (resize_line)."""
+        self.queue.put(Workers(count, most))
+
     def stop(self, problem: EnvironmentProblem | UsageError) -> None:
         """End the command at once with `problem` (the storage full, a permission lost, a model that
         breaks the contract): Ray Train's restarts would only meet it again."""
@@ -42,10 +67,15 @@ class Console:
         at once: the local Ray, and the queue with it, may be going down with the command."""
 
         def relay():
+            workers = None
             with contextlib.suppress(ray.exceptions.RayError):  # Ray gone: the command is ending
                 while (line := self.queue.get()) is not END:
                     if isinstance(line, EnvironmentProblem | UsageError):
                         interrupts.fail(line)
+                    elif isinstance(line, Workers):
+                        if said := resize_line(workers, line):
+                            print(said, flush=True)
+                        workers = line.count
                     else:
                         print(line, flush=True)
 

@@ -16,18 +16,29 @@ Ray 2.60 offers no public API for any of these:
   by one call of its own gRPC API (ray.core.generated). Joining a cluster whose authentication
   differs, Ray either retries for 20 s or joins and then loses every actor it starts; runtime.py
   asks first, and says in one line what to set.
+- `decide_restarts_on_a_fresh_view`: Ray Train's elastic policy (ray.train.v2._internal.execution.
+  scaling_policy) sizes a restarted worker group from Ray Data's AutoscalingCoordinator, whose view of
+  the nodes is refreshed every 20 s. Just after a node is lost it still counts that node's CPUs, so
+  the restart asks for a worker that cannot be placed and waits for it, the very wait elastic
+  training is for. Each decision for a stopped group now asks the coordinator for a fresh view first,
+  and a restart's waits until the GCS has declared a lost node dead (its health checks, ray._config).
 
 Private modules change without notice: RAY_VERSION is the Ray these were checked against, and a
 test fails as soon as the installed Ray is another, so that they are checked again.
 """
 
+import contextlib
+import time
+
 import grpc
+import ray
 from ray._private.state import state
 from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode
 from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.core.generated.gcs_pb2 import PlacementGroupTableData
 from ray.exceptions import AuthenticationError
 from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+from ray.train.v2._internal.execution.scaling_policy import ElasticScalingPolicy, NoopDecision
 from ray.train.v2._internal.util import TrainingFramework
 
 RAY_VERSION = "2.60.0"
@@ -36,6 +47,7 @@ __all__ = [
     "RAY_VERSION",
     "TrainingFramework",
     "WorkerGroupStartupTimeoutError",
+    "decide_restarts_on_a_fresh_view",
     "gcs_refuses",
     "placement_group_creators",
     "token_authentication",
@@ -75,3 +87,38 @@ def gcs_refuses(address: str, token: str | None, timeout: float) -> bool | None:
         except grpc.RpcError as err:
             return True if err.code() == grpc.StatusCode.UNAUTHENTICATED else None
     return False
+
+
+def decide_restarts_on_a_fresh_view() -> None:
+    """In this process (Ray Train's controller), have the elastic policy size a stopped worker group on
+    the AutoscalingCoordinator's fresh view of the nodes (at most once a second, as it asks anyway)
+    and, restarting one, only once the GCS has had time to declare a lost node dead."""
+    if getattr(ElasticScalingPolicy, "fresh_view", False):
+        return
+    decide_running = ElasticScalingPolicy.make_decision_for_running_worker_group
+    decide_stopped = ElasticScalingPolicy.make_decision_for_non_running_worker_group
+
+    def while_running(policy: ElasticScalingPolicy, *args, **kwargs):
+        policy.stopped_at = None  # the next decision for a stopped group is a restart's
+        return decide_running(policy, *args, **kwargs)
+
+    def when_stopped(policy: ElasticScalingPolicy):
+        if hasattr(policy, "stopped_at"):
+            policy.stopped_at = policy.stopped_at or time.monotonic()
+            if time.monotonic() - policy.stopped_at < _node_death_seconds():
+                return NoopDecision()  # asked again at the controller's next step
+        if time.monotonic() - policy._latest_reserved_resources_query_time >= policy.GET_RESERVED_RESOURCES_INTERVAL_S:
+            coordinator = policy._autoscaling_coordinator
+            with contextlib.suppress(ray.exceptions.RayError):  # the policy's own call then meets it
+                ray.get(coordinator.get_reserved_resources.remote(policy._requester_id, recompute=True), timeout=10)
+            policy._latest_reserved_resources_query_time = float("-inf")  # its next call reads the fresh view
+        return decide_stopped(policy)
+
+    ElasticScalingPolicy.make_decision_for_running_worker_group = while_running
+    ElasticScalingPolicy.make_decision_for_non_running_worker_group = when_stopped
+    ElasticScalingPolicy.fresh_view = True
+
+
+def _node_death_seconds() -> float:
+    """How long the GCS takes to declare a node that stopped answering dead: its failed health checks."""
+    return ray._config.health_check_period_ms() * ray._config.health_check_failure_threshold() / 1000

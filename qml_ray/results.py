@@ -18,7 +18,7 @@ def history(run: str) -> pd.DataFrame:
     """A run's metrics.csv (no rows when it has none yet)."""
     path = storage.join(run, storage.HISTORY)
     if not storage.exists(path):
-        return pd.DataFrame(columns=["epoch", "loss", "val_loss", *storage.TIMING_FIELDS])
+        return pd.DataFrame(columns=["epoch", "loss", "val_loss", *storage.RECORD_FIELDS])
     return pd.read_csv(io.StringIO(storage.read_text(path)))
 
 

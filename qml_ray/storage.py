@@ -34,12 +34,12 @@ CHECKPOINTS = "checkpoints"  # Ray Train checkpoints, one folder per checkpointe
 WEIGHTS = "weights"  # the final weights, published when training ends
 HISTORY = "metrics.csv"  # one row per epoch
 # metrics.csv's columns besides the epoch and the model's metrics (finished_at: Unix time, restarts show as gaps)
-TIMING_FIELDS = ("epoch_seconds", "circuits_per_second", "finished_at")
+RECORD_FIELDS = ("epoch_seconds", "circuits_per_second", "finished_at", "workers")  # a history row's, beside metrics
 
 
 def metric_names(columns) -> list[str]:
     """The model's own metrics among metrics.csv's columns (or a history row's keys)."""
-    return [column for column in columns if column not in ("epoch", *TIMING_FIELDS)]
+    return [column for column in columns if column not in ("epoch", *RECORD_FIELDS)]
 
 
 TENSORBOARD = "tensorboard"  # per-epoch scalars and the readout histogram

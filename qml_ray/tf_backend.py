@@ -3,6 +3,9 @@
 Ray's own `TensorflowConfig` lives in the `ray.train.tensorflow` package, whose import starts
 TensorFlow (4-5 s of CPU here): in the command, and again in Ray Train's controller, which
 unpickles the config. `TFConfig` sets up the workers the same way, so only they import it.
+
+Importing this module has Ray Train's elastic policy size worker groups on a fresh view of the
+nodes, in the controller's process too, which imports it to unpickle the config (ray_internals).
 """
 
 import json
@@ -12,7 +15,9 @@ import socket
 import ray
 from ray.train.backend import Backend, BackendConfig
 
-from qml_ray.ray_internals import TrainingFramework
+from qml_ray.ray_internals import TrainingFramework, decide_restarts_on_a_fresh_view
+
+decide_restarts_on_a_fresh_view()
 
 
 class TFConfig(BackendConfig):

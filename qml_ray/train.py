@@ -23,6 +23,9 @@ from qml_ray.worker_setup import TRAINING_WORKER_ENV
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 TRAIN_METRICS_ENV = "RAY_TRAIN_METRICS_ENABLED"
+# How often Ray Train asks, while an elastic run trains short of workers, whether more fit again: each
+# time they do, it restarts the worker group, larger, from the latest checkpoint.
+GROW_CHECK_SECONDS = 10
 # Keys that define a run's data set and model: a resumed run must keep them.
 FIXED_ON_RESUME = (
     "model",
@@ -131,7 +134,7 @@ def replacement_wait(config: config_lib.Config) -> float:
 class RunData:
     """What the workers train on, each split's rows, the labels' width and the data's columns (empty:
     the generated data set's, drawn by the workers). A data set within `data_in_memory_mb` is kept in
-    memory: `shards` holds, per split, each rank's shard (Ray object refs), or is None when the workers
+    memory: `shards` holds, per split, its table (a Ray object ref each worker shards), or is None when the workers
     draw the QCNN's data set themselves (a new run's generated one). A larger one streams from
     `datasets`, the splits' Ray Datasets, every epoch."""
 
@@ -180,8 +183,9 @@ def prepare_data(config: config_lib.Config, run: str, model: Callable | None = N
 
 
 def feed(config: config_lib.Config, train: datasets.Source, validation: datasets.Source | None) -> RunData:
-    """The data's splits for the workers: read here and handed over as each rank's shard when
-    kept in memory (no Ray Data pipeline), else the Ray Datasets they stream."""
+    """The data's splits for the workers: read here and handed over whole when kept in memory (no Ray
+    Data pipeline; each worker takes its shard of however many workers there are), else the Ray
+    Datasets they stream."""
     described = {"label_width": train.label_width, "columns": train.columns}
     if not datasets.fits_in_memory(config, train, validation):
         found, rows = datasets.for_training(config, train, validation)
@@ -189,10 +193,7 @@ def feed(config: config_lib.Config, train: datasets.Source, validation: datasets
     import ray
 
     tables = datasets.kept_splits(config, train, validation)
-    shards = {
-        split: [ray.put(datasets.shard(table, rank, config.workers)) for rank in range(config.workers)]
-        for split, table in tables.items()
-    }
+    shards = {split: ray.put(table) for split, table in tables.items()}
     rows = {split: table.num_rows for split, table in tables.items()}
     return RunData(datasets={}, shards=shards, rows=rows, in_memory=True, **described)
 
@@ -219,9 +220,10 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
     the model function as a callable (default: the config's MODULE:FUNCTION).
 
     A lost worker (or its node) restarts the whole worker group from the latest checkpoint,
-    up to `max_failures` times. If the cluster cannot place every worker again within
-    `replacement_wait` seconds, training stops (raising TrainingFailedError): it never
-    waits for capacity without end, and never continues with fewer workers.
+    up to `max_failures` times. An elastic run restarts at once on the workers that fit (at least
+    `min_workers`), and grows back to `workers` when they fit again. A fixed one waits for every
+    worker: if the cluster cannot place them all again within `replacement_wait` seconds, training
+    stops (raising TrainingFailedError): it never waits for capacity without end.
     `callbacks`: Ray Train callbacks for the run (a sweep passes Tune's report callback)."""
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
@@ -253,12 +255,20 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
         functools.partial(train_worker, job),
         backend_config=TFConfig(),
         datasets=inputs.datasets,
-        scaling_config=ScalingConfig(num_workers=config.workers, resources_per_worker={"CPU": config.cpus_per_worker}),
+        scaling_config=ScalingConfig(
+            num_workers=(config.min_workers, config.workers) if config.elastic else config.workers,
+            resources_per_worker={"CPU": config.cpus_per_worker},
+            elastic_resize_monitor_interval_s=GROW_CHECK_SECONDS,
+        ),
         run_config=RunConfig(
             name=posixpath.basename(path),  # the run's name, under which the dashboard shows it
             storage_path=posixpath.dirname(path),  # so Ray Train's folder is the run folder
             storage_filesystem=filesystem,
-            failure_config=FailureConfig(max_failures=config.max_failures, controller_failure_limit=0),
+            failure_config=FailureConfig(
+                max_failures=config.max_failures,
+                # An elastic run's group that could not be placed is sized again on what is left.
+                controller_failure_limit=config.max_failures if config.elastic else 0,
+            ),
             logging_config=LoggingConfig(log_level="WARNING"),
             callbacks=list(callbacks),
             worker_runtime_env={"env_vars": training_worker_env(config)},
@@ -350,7 +360,7 @@ def train_claimed(
     runtime.connect(address, log_to_driver=verbose)
     runtime.quiet_ray_data(verbose)
     runtime.require_capacity(
-        config.workers,
+        config.min_workers if config.elastic else config.workers,
         config.cpus_per_worker,
         "training workers",
         "lower --workers or --cpus-per-worker",
@@ -387,7 +397,8 @@ def train_in(config: config_lib.Config, run: str, model: Callable | None) -> Tra
     weights = publish_weights(result.checkpoint, run)
     metrics = {key: value for key, value in (result.metrics or {}).items() if key != "finished_at"}
     shown = "  ".join(f"{key} {value:.3f}" for key, value in metrics.items() if key.startswith("val_"))
-    print(f"trained {config.epochs} epochs on {config.workers} worker(s): {shown}; weights in {weights}", flush=True)
+    trained = f"trained {config.epochs} epochs on {config.worker_range} worker(s)"
+    print(f"{trained}: {shown}; weights in {weights}", flush=True)
     return Trained(run, metrics)
 
 

@@ -26,7 +26,7 @@ import ray.train
 
 from qml_ray import contract, datasets, features, runtime, storage
 from qml_ray.checkpoints import whole
-from qml_ray.config import Config
+from qml_ray.config import Config, worker_batch
 from qml_ray.errors import ModelError
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ SHUFFLE_ROWS = 10_000  # a worker shuffles its shard's rows within a buffer of t
 @dataclasses.dataclass(frozen=True)
 class Job:
     """What the driver hands every worker (train.fit): the run's config and folder, each split's
-    rows, the labels' width, whether the data is kept in memory and, if so, each rank's shard per
-    split (Ray object refs; None: the workers draw the QCNN's data set), the data's columns (empty:
+    rows, the labels' width, whether the data is kept in memory and, if so, each split's table (a Ray
+    object ref, which every worker shards; None: the workers draw the QCNN's data set), the data's columns (empty:
     the drawn data set's), the command's console (None: rank 0's lines go to its log) and the model
     function pickled (None: the config's)."""
 
@@ -62,11 +62,19 @@ class Job:
         else:
             print(line, flush=True)
 
+    def tell_workers(self, workers: int) -> None:
+        """Rank 0, as an attempt of an elastic run's worker group starts: how many workers it has. The
+        command's console says when that changed (a node lost, or back); without one, the worker's log."""
+        if self.console:
+            self.console.workers(workers, self.config.workers)
+        else:
+            print(f"training on {workers} of {self.config.workers} workers", flush=True)
+
 
 @dataclasses.dataclass
 class Inputs:
     """A replica's data: makers of its own training and validation batches, the steps of one pass
-    over each, the circuits one epoch trains on (all workers together), whether the batches
+    over each, the circuits one epoch trains on (all `workers` workers together), whether the batches
     repeat (held in memory: one `fit` serves every epoch) or are one pass, made anew every epoch
     (streamed from Ray Data), and the first row's circuits of its training shard when held in memory."""
 
@@ -75,6 +83,7 @@ class Inputs:
     steps: int
     validation_steps: int
     train_circuits: int
+    workers: int
     repeat: bool
     first_circuits: tuple = ()
 
@@ -90,6 +99,8 @@ def train_worker(job: Job) -> None:
 
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
+    if rank == 0 and job.config.elastic:
+        job.tell_workers(world_size)
     with problems_told(job.console, job.run):  # the model, its data, its size or a full disk: one line
         model = build_replica(job, strategy, rank, context.get_local_rank())
         if job.in_memory:
@@ -97,16 +108,16 @@ def train_worker(job: Job) -> None:
         else:
             inputs = streamed_inputs(job, model, rank, world_size)
         require_state_memory(model, inputs.first_circuits, job.config.cpus_per_worker)
-        extra = ray_train(job.config, job.run, rank, inputs.steps)
+        extra = ray_train(job.config, job.run, rank, inputs)
         train_replica(job, model, strategy, inputs, rank, ray.train.get_checkpoint(), extra)
 
 
 def kept_shards(job: Job, rank: int, world_size: int) -> dict:
-    """This worker's shard of each split (a pyarrow table): the one the command handed over, or, for
+    """This worker's shard of each split (a pyarrow table), of the table the command handed over or, for
     a new run's generated data set (`job.shards` None), drawn here as on every worker (rank 0 writes
     the data set and data.json to the run folder)."""
     if job.shards is not None:
-        return {split: ray.get(refs[rank]) for split, refs in job.shards.items()}
+        return {split: datasets.shard(ray.get(table), rank, world_size) for split, table in job.shards.items()}
     from qml_ray import data  # after the strategy: importing TFQ starts TensorFlow's runtime
 
     tables = data.generate(job.config)
@@ -126,12 +137,12 @@ def model_feed(job: Job, model: tf.keras.Model, columns: tuple = ()) -> features
 def kept_inputs(job: Job, model: tf.keras.Model, shards: dict, rank: int, world_size: int) -> Inputs:
     """A worker's inputs from its shards (pyarrow tables) held in memory: one `fit` serves every
     epoch, each pass over the training shard in a new order."""
-    config, width = job.config, job.label_width
+    config, width, batch = job.config, job.label_width, worker_batch(job.config, world_size)
     feed = model_feed(job, model, features.columns_of(shards["train"].schema))
     arrays = {split: datasets.numpy_columns(table, [*feed.columns, features.LABEL]) for split, table in shards.items()}
     kept = (
-        in_memory_batches(feed, arrays["train"], config.batch_size, width, config.seed + rank),
-        in_memory_batches(feed, arrays["validation"], config.batch_size, width),
+        in_memory_batches(feed, arrays["train"], batch, width, config.seed + rank),
+        in_memory_batches(feed, arrays["validation"], batch, width),
     )
     inputs = sized_inputs(config, (lambda: kept[0], lambda: kept[1]), job.rows, world_size, repeat=True)
     first = tuple(bytes(arrays["train"][name][0]) for name in feed.circuit_columns)
@@ -144,25 +155,26 @@ def streamed_inputs(job: Job, model: tf.keras.Model, rank: int, world_size: int)
     every worker runs the same steps; every worker starts each pass over a split together with the
     others, as Ray Data's split needs."""
     config, width, feed = job.config, job.label_width, model_feed(job, model)
+    batch = worker_batch(config, world_size)
     train, validation = (ray.train.get_dataset_shard(split) for split in ("train", "validation"))
     rows_per_worker, passes = job.rows["train"] // world_size, itertools.count()
     makers = (
-        lambda: streamed_batches(
-            feed, train, config.batch_size, width, rows_per_worker, config.seed + rank + 7919 * next(passes)
-        ),
-        lambda: streamed_batches(feed, validation, config.batch_size, width),
+        lambda: streamed_batches(feed, train, batch, width, rows_per_worker, config.seed + rank + 7919 * next(passes)),
+        lambda: streamed_batches(feed, validation, batch, width),
     )
     return sized_inputs(config, makers, job.rows, world_size, repeat=False)
 
 
 def sized_inputs(config: Config, makers: tuple, rows: dict, world_size: int, repeat: bool) -> Inputs:
-    """Inputs of the batch makers (training, validation), each worker's steps from the splits' rows."""
-    per_worker = {split: count // world_size for split, count in rows.items()}
+    """Inputs of the batch makers (training, validation), each worker's steps from the splits' rows and
+    its batch (config.worker_batch)."""
+    per_worker, batch = {split: count // world_size for split, count in rows.items()}, worker_batch(config, world_size)
     return Inputs(
         *makers,
-        steps=-(-per_worker["train"] // config.batch_size),
-        validation_steps=-(-per_worker["validation"] // config.batch_size),
+        steps=-(-per_worker["train"] // batch),
+        validation_steps=-(-per_worker["validation"] // batch),
         train_circuits=per_worker["train"] * world_size,
+        workers=world_size,
         repeat=repeat,
     )
 
