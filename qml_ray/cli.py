@@ -131,7 +131,7 @@ def config_from_args(args: argparse.Namespace) -> config_lib.Config:
     """The config file (or defaults) with the flags applied on top; the keys the file or the flags give
     count as given (`config.given`)."""
     base = config_lib.load(args.config) if args.config else config_lib.Config()
-    values, params = {**config_lib.given(base), **overrides(args)}, params_given(args)
+    values, params = config_lib.overlaid(config_lib.given(base), overrides(args)), params_given(args)
     if params:
         values["params"] = {**base.params, **params}
     return config_lib.from_mapping(values)

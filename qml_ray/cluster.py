@@ -72,7 +72,7 @@ def parse_args(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
     render = commands.add_parser("render", help="print the manifests as YAML")
     render.add_argument("--config", metavar="YAML", required=True, help="the run's config file")
-    render.add_argument("--workers", metavar="N", help="training workers (default: the config's)")
+    render.add_argument("--workers", metavar="N|MIN-MAX", help="training workers (default: the config's)")
     render.add_argument(
         "--image",
         required=True,
@@ -133,9 +133,10 @@ def template(name: str, spec: dict) -> dict:
     return {"metadata": {"labels": {hardening.INSTANCE: name}}, "spec": spec}
 
 
-def ray_cluster_spec(name: str, image: str, cpus_per_worker: int, max_workers: int) -> dict:
-    """Head on an on-demand node (no work on it), autoscaled CPU workers on spot nodes; Ray's
-    dashboard and job API ask for the token in the Secret KubeRay makes for the cluster."""
+def ray_cluster_spec(name: str, image: str, cpus_per_worker: int, workers: tuple[int, int]) -> dict:
+    """Head on an on-demand node (no work on it), autoscaled CPU workers on spot nodes, from the first
+    to the second of `workers` (one a node); Ray's dashboard and job API ask for the token in the Secret
+    KubeRay makes for the cluster."""
     head = pod_spec(
         image,
         2,
@@ -176,9 +177,9 @@ def ray_cluster_spec(name: str, image: str, cpus_per_worker: int, max_workers: i
         "workerGroupSpecs": [
             {
                 "groupName": "cpu",
-                "replicas": 0,
-                "minReplicas": 0,
-                "maxReplicas": max_workers,
+                "replicas": workers[0],
+                "minReplicas": workers[0],
+                "maxReplicas": workers[1],
                 "rayStartParams": {},
                 "template": template(name, worker),
             }
@@ -310,14 +311,15 @@ def render(
     storage = f"gs://{bucket}/runs"
     run = f"{storage}/{name}"
     infer_workers = max(1, config.workers // 8)
+    training = (config.min_workers if config.elastic else 0, config.workers)  # elastic: kept at least MIN
     specs = {
         part: ray_cluster_spec(f"{name}-{part}", image, config.cpus_per_worker, workers)
-        for part, workers in [("cluster", config.workers), ("train", config.workers), ("infer", infer_workers)]
+        for part, workers in [("cluster", (0, config.workers)), ("train", training), ("infer", (0, infer_workers))]
     }
     actors = max(1, infer_workers * config.cpus_per_worker - 1)  # one CPU stays free for Ray Data's reads
     # --resume: a retried job continues the run from its checkpoints (or starts it, the first time).
     train = (
-        f"python -m qml_ray.train --config {IMAGE_HOME}/{config_path} --workers {config.workers} "
+        f"python -m qml_ray.train --config {IMAGE_HOME}/{config_path} --workers {config.worker_range} "
         f"--storage {storage} --name {name} --resume"
     ) + "".join(f" {shlex.quote(option)}" for option in train_options)
     infer = f"python -m qml_ray.infer --run {run} --actors {actors}"
@@ -348,7 +350,7 @@ def header(args, config: config_lib.Config) -> str:
     (the command spelled out in full, whatever defaults and spelling it was given with)."""
     options = [
         ("--config", args.config),
-        ("--workers", config.workers),
+        ("--workers", config.worker_range),
         ("--image", args.image),
         ("--bucket", args.bucket),
         ("--project", args.project),
@@ -384,7 +386,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     config = config_lib.load(args.config)
     if args.workers is not None:
-        config = config_lib.from_mapping({**config_lib.asdict(config), "workers": args.workers})
+        config = config_lib.from_mapping(config_lib.overlaid(config_lib.asdict(config), {"workers": args.workers}))
     if not hardening.PINNED_IMAGE.fullmatch(args.image):
         raise UsageError(
             f"--image must name the image by digest, REPOSITORY[:TAG]@sha256:<64 hex digits>: {args.image!r}"

@@ -162,7 +162,7 @@ class Config(pydantic.BaseModel):
         if not dash:
             return values
         _require(
-            least.strip().isdigit() and most.strip().isdigit() and "min_workers" not in values,
+            least.strip().isdigit() and most.strip().isdigit(),
             f"workers must be a whole number or MIN-MAX (8-32), got {values['workers']!r}",
         )
         return {**values, "workers": int(most), "min_workers": int(least)}
@@ -221,7 +221,7 @@ class Config(pydantic.BaseModel):
 
     def replace(self, **changes) -> "Config":
         """This config with `changes`; the keys it was given and those changed count as given (`given`)."""
-        return from_mapping({**given(self), **changes})
+        return from_mapping(overlaid(given(self), changes))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(asdict(self), sort_keys=False)
@@ -229,6 +229,13 @@ class Config(pydantic.BaseModel):
 
 def asdict(config: Config) -> dict:
     return config.model_dump()
+
+
+def overlaid(values: dict, over: dict) -> dict:
+    """`values` with `over`'s on top; `workers` given without `min_workers` replaces both (a whole number
+    of workers is a fixed count, MIN-MAX sets both)."""
+    kept = {key: value for key, value in values.items() if not ("workers" in over and key == "min_workers")}
+    return {**kept, **over}
 
 
 def given(config: Config) -> dict:

@@ -108,7 +108,7 @@ def resolve_run(requested: config_lib.Config, run: str, resume: bool, found: boo
             "or start a new run"
         )
     stored = config_lib.asdict(config_lib.of_run(run))
-    resumed = config_lib.from_mapping({**stored, **config_lib.given(requested)})
+    resumed = config_lib.from_mapping(config_lib.overlaid(stored, config_lib.given(requested)))
     changed = [key for key in FIXED_ON_RESUME if getattr(resumed, key) != stored[key]]
     if changed:
         raise UsageError(f"cannot resume {run} with another {', '.join(changed)}: they define its data and model")

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from qml_ray.callbacks import EpochClock, MetricsHistory, ProgressLine
+from qml_ray.callbacks import EpochClock, MetricsHistory, ProgressLine, history_csv
+from qml_ray.console import Workers, resize_line
 
 LINE = re.compile(r"^epoch (\d+)/2  step (\d+)/5  [0-9.e+]+ circuits/s  \d+s of training left in the epoch$")
 
@@ -52,3 +53,24 @@ def test_an_epoch_resumed_mid_way_counts_only_its_remaining_circuits():
     assert [row["epoch"] for row in history.rows] == [1, 2]
     for row in history.rows:
         assert row["circuits_per_second"] * row["epoch_seconds"] == pytest.approx(12)
+
+
+def test_metrics_csv_takes_rows_of_an_older_run_without_the_workers_column():
+    rows = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.4, "workers": 2}]
+    assert history_csv(rows).splitlines() == ["epoch,loss,workers", "1,0.5,", "2,0.4,2"]
+
+
+def test_the_console_says_when_an_elastic_run_shrank_or_grew():
+    said = [
+        resize_line(before, Workers(count, 3))
+        for before, count in [(None, 3), (None, 2), (3, 3), (3, 2), (2, 1), (1, 2), (2, 3)]
+    ]
+    assert said == [
+        None,
+        "training on 2 of 3 workers",
+        None,
+        "continuing on 2 of 3 workers (a node was lost)",
+        "continuing on 1 of 3 workers (a node was lost)",
+        "growing to 2 of 3 workers",
+        "back to 3 workers",
+    ]

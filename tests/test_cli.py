@@ -18,6 +18,7 @@ CHANGED = {
     "hidden_activation": "relu",
     "differentiator": "block",
     "workers": 3,
+    "min_workers": 2,
     "cpus_per_worker": 2,
     "checkpoint_every": 1,
     "max_failures": 0,
@@ -58,6 +59,15 @@ def test_params_flags_go_over_the_config_files_params(tmp_path):
 def test_flags_override_the_config_file():
     config = parse("--config", str(SMOKE), "--learning-rate", "0.1", "--size-thread-pools", "FALSE")
     assert config == config_lib.load(SMOKE).replace(learning_rate=0.1, size_thread_pools=False)
+
+
+def test_workers_given_as_a_number_over_a_range_is_a_fixed_count(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("workers: 8-32\n")
+    assert (parse("--config", str(path)).min_workers, parse("--config", str(path)).workers) == (8, 32)
+    fixed = parse("--config", str(path), "--workers", "4")
+    assert (fixed.workers, fixed.elastic) == (4, False)
+    assert parse("--config", str(path), "--workers", "2-6").worker_range == "2-6"
 
 
 def test_help_says_what_every_config_key_means():

@@ -84,7 +84,7 @@ def rendered(config_name: str, **changes) -> list[dict]:
 def all_manifests() -> list[tuple[str, dict]]:
     """The checked-in manifests and renders of several configs and sizes."""
     found = [("checked-in", doc) for doc in yaml.safe_load_all(CHECKED_IN.read_text())]
-    for name, workers in [("smoke", 2), ("tutorial", 4), ("qcnn-23q", 8), ("qcnn-23q", 64)]:
+    for name, workers in [("smoke", 2), ("tutorial", 4), ("qcnn-23q", 8), ("qcnn-23q", 64), ("qcnn-23q", "32-47")]:
         found += [(f"{name}x{workers}", doc) for doc in rendered(name, workers=workers)]
     return found
 
@@ -206,6 +206,16 @@ def test_training_job_runs_the_config_it_was_rendered_from():
     assert ("Deployment", "qcnn-tensorboard") in docs
     service = docs["Service", "qcnn-tensorboard"]
     assert service["spec"]["type"] == "ClusterIP"
+
+
+def test_an_elastic_training_job_keeps_its_cluster_between_the_fewest_and_the_most_workers():
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in rendered("qcnn-23q", workers="32-47")}
+    job = docs["RayJob", "qcnn-train"]
+    assert " --workers 32-47 " in job["spec"]["entrypoint"]
+    [group] = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (32, 32, 47)
+    [idle] = docs["RayCluster", "qcnn-cluster"]["spec"]["workerGroupSpecs"]  # a cluster between jobs holds none
+    assert (idle["minReplicas"], idle["maxReplicas"]) == (0, 47)
 
 
 def test_training_job_carries_the_users_model_data_and_params():

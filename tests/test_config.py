@@ -41,6 +41,16 @@ def test_headline_config_is_the_23_qubit_run():
     assert (config.qubits, config.examples) == (23, 1000)
 
 
+def test_a_worker_range_trains_elastically_and_the_global_batch_stays():
+    config = config_lib.from_mapping({"workers": "2-3", "batch_size": 16})
+    assert (config.min_workers, config.workers, config.elastic, config.worker_range) == (2, 3, True, "2-3")
+    assert config_lib.from_mapping(yaml.safe_load(config.to_yaml())) == config
+    assert [config_lib.worker_batch(config, n) for n in (3, 2, 1)] == [16, 24, 48]  # 48 circuits a step
+    assert config_lib.worker_batch(config_lib.from_mapping({"workers": "1-3", "batch_size": 15}), 2) == 23  # 45/2 up
+    for fixed in ({"workers": 3}, {"workers": "3-3"}):
+        assert not config_lib.from_mapping(fixed).elastic and config_lib.from_mapping(fixed).worker_range == "3"
+
+
 def test_max_layers():
     assert [max_layers(n) for n in (4, 5, 8, 16, 23)] == [2, 3, 3, 4, 5]
 
@@ -62,6 +72,10 @@ def test_yaml_round_trip():
         ({"qubit": 4}, "unknown config key(s): qubit"),
         ({"qubits": 3}, "qubits must be at least 4"),
         ({"workers": 0}, "workers must be at least 1"),
+        ({"workers": "8-"}, "workers must be a whole number or MIN-MAX (8-32), got '8-'"),
+        ({"workers": "x-4"}, "workers must be a whole number or MIN-MAX"),
+        ({"workers": "8-4"}, "min_workers must be at most workers (4)"),
+        ({"workers": 4, "min_workers": 5}, "min_workers must be at most workers (4)"),
         ({"epochs": 0}, "epochs must be at least 1"),
         ({"qubits": "many"}, "qubits must be a whole number, got 'many'"),
         ({"qubits": 4.5}, "qubits must be a whole number"),
