@@ -22,12 +22,15 @@ Ray 2.60 offers no public API for any of these:
   the restart asks for a worker that cannot be placed and waits for it, the very wait elastic
   training is for. Each decision for a stopped group now asks the coordinator for a fresh view first,
   and a restart's waits until the GCS has declared a lost node dead (its health checks, ray._config).
+  Fewer workers than the least fitting for as long as Ray Train waits to place a group ends the wait as
+  a placement that timed out does, where the policy would wait without end.
 
 Private modules change without notice: RAY_VERSION is the Ray these were checked against, and a
 test fails as soon as the installed Ray is another, so that they are checked again.
 """
 
 import contextlib
+import os
 import time
 
 import grpc
@@ -37,6 +40,7 @@ from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, get_authe
 from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.core.generated.gcs_pb2 import PlacementGroupTableData
 from ray.exceptions import AuthenticationError
+from ray.train.v2._internal.constants import DEFAULT_WORKER_GROUP_START_TIMEOUT_S, WORKER_GROUP_START_TIMEOUT_S_ENV_VAR
 from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
 from ray.train.v2._internal.execution.scaling_policy import ElasticScalingPolicy, NoopDecision
 from ray.train.v2._internal.util import TrainingFramework
@@ -91,8 +95,9 @@ def gcs_refuses(address: str, token: str | None, timeout: float) -> bool | None:
 
 def decide_restarts_on_a_fresh_view() -> None:
     """In this process (Ray Train's controller), have the elastic policy size a stopped worker group on
-    the AutoscalingCoordinator's fresh view of the nodes (at most once a second, as it asks anyway)
-    and, restarting one, only once the GCS has had time to declare a lost node dead."""
+    the AutoscalingCoordinator's fresh view of the nodes and, restarting one, only once the GCS has had
+    time to declare a lost node dead; fewer than its least workers fitting for longer than a group's
+    placement is waited for is a placement timed out."""
     if getattr(ElasticScalingPolicy, "fresh_view", False):
         return
     decide_running = ElasticScalingPolicy.make_decision_for_running_worker_group
@@ -103,20 +108,48 @@ def decide_restarts_on_a_fresh_view() -> None:
         return decide_running(policy, *args, **kwargs)
 
     def when_stopped(policy: ElasticScalingPolicy):
-        if hasattr(policy, "stopped_at"):
-            policy.stopped_at = policy.stopped_at or time.monotonic()
-            if time.monotonic() - policy.stopped_at < _node_death_seconds():
-                return NoopDecision()  # asked again at the controller's next step
-        if time.monotonic() - policy._latest_reserved_resources_query_time >= policy.GET_RESERVED_RESOURCES_INTERVAL_S:
-            coordinator = policy._autoscaling_coordinator
-            with contextlib.suppress(ray.exceptions.RayError):  # the policy's own call then meets it
-                ray.get(coordinator.get_reserved_resources.remote(policy._requester_id, recompute=True), timeout=10)
-            policy._latest_reserved_resources_query_time = float("-inf")  # its next call reads the fresh view
-        return decide_stopped(policy)
+        if _awaiting_node_death(policy):
+            return NoopDecision()  # asked again at the controller's next step
+        _refresh_view(policy)
+        decision = decide_stopped(policy)
+        _bound_the_wait(policy, isinstance(decision, NoopDecision))
+        return decision
 
     ElasticScalingPolicy.make_decision_for_running_worker_group = while_running
     ElasticScalingPolicy.make_decision_for_non_running_worker_group = when_stopped
     ElasticScalingPolicy.fresh_view = True
+
+
+def _awaiting_node_death(policy: ElasticScalingPolicy) -> bool:
+    """Whether a restart's decision still waits for the GCS to declare a lost node dead."""
+    if not hasattr(policy, "stopped_at"):  # the first start
+        return False
+    policy.stopped_at = policy.stopped_at or time.monotonic()
+    return time.monotonic() - policy.stopped_at < _node_death_seconds()
+
+
+def _refresh_view(policy: ElasticScalingPolicy) -> None:
+    """Have the coordinator look at the nodes now (at most once a second, as the policy asks it anyway)."""
+    if time.monotonic() - policy._latest_reserved_resources_query_time < policy.GET_RESERVED_RESOURCES_INTERVAL_S:
+        return
+    coordinator = policy._autoscaling_coordinator
+    with contextlib.suppress(ray.exceptions.RayError):  # the policy's own call then meets it
+        ray.get(coordinator.get_reserved_resources.remote(policy._requester_id, recompute=True), timeout=10)
+    policy._latest_reserved_resources_query_time = float("-inf")  # its next call reads the fresh view
+
+
+def _bound_the_wait(policy: ElasticScalingPolicy, short: bool) -> None:
+    """Raise WorkerGroupStartupTimeoutError once fewer than the least workers have fitted (`short`) for as
+    long as Ray Train waits to place a group."""
+    policy.short_since = (getattr(policy, "short_since", None) or time.monotonic()) if short else None
+    if policy.short_since and time.monotonic() - policy.short_since > _placement_wait_seconds():
+        policy.short_since = None
+        raise WorkerGroupStartupTimeoutError(policy.scaling_config.min_workers)
+
+
+def _placement_wait_seconds() -> float:
+    """How long Ray Train waits for a worker group to be placed (train.fit sets it)."""
+    return float(os.environ.get(WORKER_GROUP_START_TIMEOUT_S_ENV_VAR, DEFAULT_WORKER_GROUP_START_TIMEOUT_S))
 
 
 def _node_death_seconds() -> float:

@@ -299,8 +299,9 @@ def failure_message(err: Exception, config: config_lib.Config) -> str:
 
     reason = err
     if isinstance(getattr(err, "controller_failure", None), WorkerGroupStartupTimeoutError):
+        wanted = f"{config.min_workers} (of {config.workers})" if config.elastic else f"all {config.workers}"
         reason = (
-            f"the cluster could not place all {config.workers} workers ({config.cpus_per_worker} CPU(s) each) "
+            f"the cluster could not place {wanted} workers ({config.cpus_per_worker} CPU(s) each) "
             f"within {replacement_wait(config):.0f} s: add nodes, raise --capacity-timeout or lower --workers"
         )
     return one_line(f"training failed: {reason}")

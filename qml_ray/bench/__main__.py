@@ -9,6 +9,8 @@ circuits  forward and forward + gradient seconds per circuit against qubits (the
           from them, as JSON, Markdown and plots; with --peers, qsim and PennyLane Lightning too
 classical the re-uploading example (classical features only): seconds per circuit, block against
           TFQ's Adjoint, and its training on 2 workers against plain Keras in one process
+elastic   the time a lost worker node costs a run on a local multi-node Ray, elastic (--workers 1-2)
+          against waiting for its replacement (--workers 2), and training undisturbed
 """
 
 import argparse
@@ -71,10 +73,11 @@ def parse_args(argv=None):
     parser = cli.ArgumentParser(
         prog="python -m qml_ray.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{runtimes,circuits,classical}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{runtimes,circuits,classical,elastic}")
     add_runtimes_command(commands)
     add_circuits_command(commands)
     add_classical_command(commands)
+    add_elastic_command(commands)
     return parser.parse_args(argv)
 
 
@@ -198,6 +201,25 @@ def add_classical_command(commands) -> None:
     classical.add_argument(
         "--out", default="benchmarks/classical", metavar="DIR", help="(default: benchmarks/classical)"
     )
+
+
+def add_elastic_command(commands) -> None:
+    """`bench elastic` and its flags."""
+    elastic = commands.add_parser(
+        "elastic",
+        help="a lost node, elastic against waiting for its replacement",
+        description="Start a local Ray of a head and two 1-CPU worker nodes (scripts/local_cluster.sh), train "
+        "--config on it undisturbed, then fixed and elastic with a worker node lost after --lose-after epochs and "
+        "replaced --delay seconds later, and write <out>/elastic.json and elastic.md.",
+    )
+    elastic.add_argument("--config", default="configs/tutorial.yaml", metavar="YAML", help="(default: the tutorial's)")
+    elastic.add_argument("--epochs", type=positive(int), default=60, metavar="N", help="(default: 60)")
+    elastic.add_argument("--checkpoint-every", type=positive(int), default=5, metavar="N", help="(default: 5)")
+    elastic.add_argument("--lose-after", type=positive(int), default=12, metavar="N", help="epochs (default: 12)")
+    elastic.add_argument(
+        "--delay", type=positive(float), default=30, metavar="SECONDS", help="until the replacement (default: 30)"
+    )
+    elastic.add_argument("--out", default="benchmarks/elastic", metavar="DIR", help="(default: benchmarks/elastic)")
 
 
 def require_cpus(processes: int, threads: int, remedy: str) -> None:
@@ -342,9 +364,24 @@ def classical_main(args) -> None:
     print(f"wrote {folder}/classical.json and classical.md", flush=True)
 
 
+def elastic_main(args) -> None:
+    from qml_ray.bench import elastic
+
+    if args.lose_after >= args.epochs:
+        raise UsageError("--lose-after must be fewer than --epochs: the node is lost during training")
+    config_lib.load(args.config)  # a bad config: one line, before any cluster starts
+    storage.check_local_folder(args.out)
+    print(f"training {args.config} on a local cluster: {', '.join(elastic.CASES)} ...", flush=True)
+    doc = elastic.run(Path(args.out), args.config, args.epochs, args.lose_after, args.delay, args.checkpoint_every)
+    doc["machine_cpus"] = os.cpu_count()
+    folder = write_outputs(args.out, "elastic", doc, elastic.markdown(doc))
+    print(f"wrote {folder}/elastic.json and elastic.md", flush=True)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
-    {"runtimes": runtimes_main, "circuits": circuits_main, "classical": classical_main}[args.command](args)
+    commands = {"runtimes": runtimes_main, "circuits": circuits_main, "classical": classical_main}
+    {**commands, "elastic": elastic_main}[args.command](args)
 
 
 if __name__ == "__main__":
