@@ -125,6 +125,8 @@ def test_projection_spreads_the_headline_over_the_cluster():
         (["runtimes", "--runtimes", "ray"], "argument --runtimes: expected some of qml_ray,baseline,single"),
         (["circuits", "--efficiency-from", "/nonexistent.json"], "error: cannot read a runtimes.json"),
         (["circuits", "--min-seconds", "0"], "argument --min-seconds: expected a positive number, got '0'"),
+        (["elastic", "--epochs", "10", "--lose-after", "10"], "error: --lose-after must be fewer than --epochs"),
+        (["elastic", "--config", "/nonexistent.yaml"], "error: config file not found"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(args, message):
@@ -148,3 +150,25 @@ def test_the_roofline_of_the_kernels_passes(tmp_path):
     assert "| relabelling | 0, 16 | " in table and "a state of 10 qubits in a core's cache" in table
     figures.plot_roofline(doc, tmp_path / "roofline.png")
     assert (tmp_path / "roofline.png").stat().st_size > 0
+
+
+def test_an_elastic_runs_timeline_from_its_console_lines():
+    from qml_ray.bench.elastic import timeline
+
+    lines = [
+        (5.0, "epoch 1/3  loss 0.5"),
+        (6.0, "epoch 2/3  loss 0.4"),
+        (17.0, "continuing on 1 of 2 workers (a node was lost)"),
+    ]
+    lines += [
+        (18.5, "continuing from the checkpoint of epoch 1"),
+        (19.0, "epoch 2/3  loss 0.4"),
+        (40.0, "back to 2 workers"),
+    ]
+    lines += [(48.0, "continuing from the checkpoint of epoch 2"), (49.0, "epoch 3/3  loss 0.3")]
+    record = {"lost_at": 6.5, "replaced_at": 30.0, "lines": lines}
+    assert timeline(record, epochs=3) == {
+        "epochs_trained_twice": 1,
+        "training_again_after_loss": 12.0,
+        "training_again_after_replacement": 18.0,
+    }

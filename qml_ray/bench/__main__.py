@@ -213,7 +213,7 @@ def add_elastic_command(commands) -> None:
         "replaced --delay seconds later, and write <out>/elastic.json and elastic.md.",
     )
     elastic.add_argument("--config", default="configs/tutorial.yaml", metavar="YAML", help="(default: the tutorial's)")
-    elastic.add_argument("--epochs", type=positive(int), default=60, metavar="N", help="(default: 60)")
+    elastic.add_argument("--epochs", type=positive(int), default=100, metavar="N", help="(default: 100)")
     elastic.add_argument("--checkpoint-every", type=positive(int), default=5, metavar="N", help="(default: 5)")
     elastic.add_argument("--lose-after", type=positive(int), default=12, metavar="N", help="epochs (default: 12)")
     elastic.add_argument(
