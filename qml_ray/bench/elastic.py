@@ -143,7 +143,7 @@ def run(out: Path, config: str, epochs: int, lose_after: int, delay: float, chec
         for case in CASES:
             print(f"  {case} ...", flush=True)
             record = train(cluster, case, options, out / "runs", lose_after, delay)
-            records.append({**{k: v for k, v in record.items() if k != "lines"}, **timeline(record, epochs)})
+            records.append({**record, **timeline(record, epochs)})  # its console lines too, with their times
     finally:
         cluster.script("down")
     undisturbed = records[0]["seconds"]
