@@ -16,20 +16,21 @@ Ray 2.60 offers no public API for any of these:
   by one call of its own gRPC API (ray.core.generated). Joining a cluster whose authentication
   differs, Ray either retries for 20 s or joins and then loses every actor it starts; runtime.py
   asks first, and says in one line what to set.
-- `decide_restarts_on_a_fresh_view`: Ray Train's elastic policy (ray.train.v2._internal.execution.
-  scaling_policy) sizes a restarted worker group from Ray Data's AutoscalingCoordinator, whose view of
-  the nodes is refreshed every 20 s. Just after a node is lost it still counts that node's CPUs, so
-  the restart asks for a worker that cannot be placed and waits for it, the very wait elastic
-  training is for. Each decision for a stopped group now asks the coordinator for a fresh view first,
-  and a restart's waits until the GCS has declared a lost node dead (its health checks, ray._config).
-  Fewer workers than the least fitting for as long as Ray Train waits to place a group ends the wait as
-  a placement that timed out does, where the policy would wait without end.
+- `size_elastic_groups_on_the_live_nodes`: Ray Train's elastic policy (ray.train.v2._internal.
+  execution.scaling_policy) sizes a worker group by what Ray Data's AutoscalingCoordinator reserves it.
+  That view of the nodes is refreshed every 20 s, so just after a node is lost it still counts the
+  node's CPUs: the restart asks for a worker that cannot be placed and waits for it, the very wait
+  elastic training is for. And the coordinator shares the nodes among every request it holds, a
+  stopped job's too until it expires (minutes): a run then starts on fewer workers than fit and does
+  not grow. The policy now sizes groups on the live nodes' resources, as the GCS lists them; a
+  restart's decision waits until the GCS has declared a lost node dead (its health checks,
+  ray._config); and fewer workers than the least fitting for as long as Ray Train waits to place a
+  group ends the wait as a placement that timed out does, where the policy would wait without end.
 
 Private modules change without notice: RAY_VERSION is the Ray these were checked against, and a
 test fails as soon as the installed Ray is another, so that they are checked again.
 """
 
-import contextlib
 import os
 import time
 
@@ -51,9 +52,9 @@ __all__ = [
     "RAY_VERSION",
     "TrainingFramework",
     "WorkerGroupStartupTimeoutError",
-    "decide_restarts_on_a_fresh_view",
     "gcs_refuses",
     "placement_group_creators",
+    "size_elastic_groups_on_the_live_nodes",
     "token_authentication",
 ]
 
@@ -93,12 +94,11 @@ def gcs_refuses(address: str, token: str | None, timeout: float) -> bool | None:
     return False
 
 
-def decide_restarts_on_a_fresh_view() -> None:
-    """In this process (Ray Train's controller), have the elastic policy size a stopped worker group on
-    the AutoscalingCoordinator's fresh view of the nodes and, restarting one, only once the GCS has had
-    time to declare a lost node dead; fewer than its least workers fitting for longer than a group's
-    placement is waited for is a placement timed out."""
-    if getattr(ElasticScalingPolicy, "fresh_view", False):
+def size_elastic_groups_on_the_live_nodes() -> None:
+    """In this process (Ray Train's controller), have the elastic policy size worker groups on the live
+    nodes' resources, a restarted one once the GCS has had time to declare a lost node dead; fewer than
+    its least workers fitting for longer than a group's placement is waited for is a placement timed out."""
+    if getattr(ElasticScalingPolicy, "on_the_live_nodes", False):
         return
     decide_running = ElasticScalingPolicy.make_decision_for_running_worker_group
     decide_stopped = ElasticScalingPolicy.make_decision_for_non_running_worker_group
@@ -110,14 +110,19 @@ def decide_restarts_on_a_fresh_view() -> None:
     def when_stopped(policy: ElasticScalingPolicy):
         if _awaiting_node_death(policy):
             return NoopDecision()  # asked again at the controller's next step
-        _refresh_view(policy)
         decision = decide_stopped(policy)
         _bound_the_wait(policy, isinstance(decision, NoopDecision))
         return decision
 
     ElasticScalingPolicy.make_decision_for_running_worker_group = while_running
     ElasticScalingPolicy.make_decision_for_non_running_worker_group = when_stopped
-    ElasticScalingPolicy.fresh_view = True
+    ElasticScalingPolicy._get_reserved_resources = _live_node_resources
+    ElasticScalingPolicy.on_the_live_nodes = True
+
+
+def _live_node_resources(policy: ElasticScalingPolicy) -> dict:
+    """Every live node's resources by node ID: what the coordinator would reserve the policy alone."""
+    return {node["NodeID"]: node["Resources"] for node in ray.nodes() if node["Alive"]}
 
 
 def _awaiting_node_death(policy: ElasticScalingPolicy) -> bool:
@@ -126,16 +131,6 @@ def _awaiting_node_death(policy: ElasticScalingPolicy) -> bool:
         return False
     policy.stopped_at = policy.stopped_at or time.monotonic()
     return time.monotonic() - policy.stopped_at < _node_death_seconds()
-
-
-def _refresh_view(policy: ElasticScalingPolicy) -> None:
-    """Have the coordinator look at the nodes now (at most once a second, as the policy asks it anyway)."""
-    if time.monotonic() - policy._latest_reserved_resources_query_time < policy.GET_RESERVED_RESOURCES_INTERVAL_S:
-        return
-    coordinator = policy._autoscaling_coordinator
-    with contextlib.suppress(ray.exceptions.RayError):  # the policy's own call then meets it
-        ray.get(coordinator.get_reserved_resources.remote(policy._requester_id, recompute=True), timeout=10)
-    policy._latest_reserved_resources_query_time = float("-inf")  # its next call reads the fresh view
 
 
 def _bound_the_wait(policy: ElasticScalingPolicy, short: bool) -> None:
