@@ -25,7 +25,7 @@ START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 TRAIN_METRICS_ENV = "RAY_TRAIN_METRICS_ENABLED"
 # How often Ray Train asks, while an elastic run trains short of workers, whether more fit again: each
 # time they do, it restarts the worker group, larger, from the latest checkpoint.
-GROW_CHECK_SECONDS = 10
+GROW_CHECK_SECONDS = 5
 # Keys that define a run's data set and model: a resumed run must keep them.
 FIXED_ON_RESUME = (
     "model",

@@ -24,7 +24,7 @@ from qml_ray import datasets, storage
 from qml_ray.runtime import ENDED
 
 from conftest import SMOKE, proc_stat, ray_cli, session_processes, submit, wait_for
-from holds import HOLD, HOLD_FILE, held_marker
+from holds import HOLD, HOLD_FILE
 from test_your_model import gradients_of
 
 pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
@@ -181,10 +181,10 @@ def wait_for_drain_checkpoint(run: Path, timeout: float = 120) -> tuple[int, int
 
 def test_an_elastic_run_goes_on_at_once_without_a_lost_node_and_grows_back_when_one_returns(cluster, tmp_path):
     """One elastic run (--workers 1-2) of a model and data of the user's own (the classifier example), not
-    the QCNN, loses a worker node twice. First after a drain notice (GKE's for a spot VM): it is checkpointed
-    at the step it was held at and, with no node added, goes on from the next on the one worker left. A node
-    joins again: it grows back to 2 workers from its latest checkpoint (every epoch's, while short of
-    workers). Then a node is lost without notice: it goes on from that checkpoint on one worker to the end."""
+    the QCNN, loses a worker node after a drain notice (GKE's for a spot VM): it is checkpointed at the step
+    it was held at and, with no node added, goes on from the next on the one worker left. A node joins
+    again: it grows back to 2 workers from its latest checkpoint (every epoch's, while short of workers),
+    and trains to the end. (A loss without notice, elastic: bench elastic; fixed: the test below.)"""
     from examples import hea_classifier
 
     run, hold = tmp_path / "elastic", tmp_path / HOLD_FILE
@@ -203,9 +203,6 @@ def test_an_elastic_run_goes_on_at_once_without_a_lost_node_and_grows_back_when_
     wait_until_registered(run, 4)
     cluster.script("add", "1")  # a node returns, as GKE brings a new spot node
     wait_for(lambda: "back to 2 workers" in cluster.job_logs(job), "the run grown back to 2 workers", 120)
-    held_marker(hold).unlink()
-    wait_for(held_marker(hold).exists, "the grown run held at epoch 5", 120)
-    lose_node(training_worker_raylets(cluster)[0])  # without notice, and no node returns
     hold.unlink()
     logs = follow(cluster, job)
     assert cluster.job_status(job) == "SUCCEEDED", logs[-3000:]
@@ -215,20 +212,19 @@ def test_an_elastic_run_goes_on_at_once_without_a_lost_node_and_grows_back_when_
     steps = math.ceil(rows // 2 / 16)  # per epoch, 2 workers of 16 a batch, as 1 of 32
     assert steps == math.ceil(rows / 32)
     assert f"resuming epoch {epoch + 1} at step {step + 1} of {steps} (a node drained)" in logs, logs[-3000:]
-    assert epochs_by_attempt(logs) == [[1, 2], [3, 4], [5, 6, 7, 8]], logs[-3000:]  # the grown attempt held
+    assert epochs_by_attempt(logs) == [[1, 2], [3, 4], [5, 6, 7, 8]], logs[-3000:]
     said = [line for line in logs.splitlines() if re.match(r"(continuing on|back to) ", line)]
-    lost = "continuing on 1 of 2 workers (a node was lost)"
-    assert said == [lost, "back to 2 workers", lost], logs[-3000:]
+    assert said == ["continuing on 1 of 2 workers (a node was lost)", "back to 2 workers"], logs[-3000:]
     assert_every_epoch_once(run)
-    assert [int(row["workers"]) for row in history(run)] == [2, 2, 1, 1, 1, 1, 1, 1]
-    assert re.search(r"^epoch 8/8  loss .* on 1 workers$", logs, re.M), logs[-3000:]
+    assert [int(row["workers"]) for row in history(run)] == [2, 2, 1, 1, 2, 2, 2, 2]
+    assert re.search(r"^epoch 4/8  loss .* on 1 workers$", logs, re.M), logs[-3000:]
     # Adam counts the steps it took. Restored from each checkpoint, it ends at exactly one count per
     # step of the run: neither the restarts nor the worker counts repeated or skipped a step.
     weights = tf.train.load_checkpoint(str(run / "weights" / storage.WEIGHTS_PREFIX))
     assert weights.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == EPOCHS * steps
     [train_run] = [run for run in cluster.train_runs() if run["name"] == "elastic"]  # the dashboard's Train view
     statuses = [attempt["status"] for attempt in train_run["attempts"]]
-    assert len(statuses) == 4 and statuses[-1] == "FINISHED" and train_run["status"] == "FINISHED", statuses
+    assert len(statuses) == 3 and statuses[-1] == "FINISHED" and train_run["status"] == "FINISHED", statuses
 
     history_rows = history(run)  # the user's model learnt, with its own metrics
     assert float(history_rows[-1]["loss"]) < float(history_rows[0]["loss"]) and "val_accuracy" in history_rows[0]
