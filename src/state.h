@@ -9,6 +9,8 @@
 #include <memory>
 #include <new>
 
+#include <sys/mman.h>
+
 namespace qml {
 
 struct Circuit;
@@ -16,7 +18,8 @@ struct Circuit;
 using index_t = int64_t;
 
 constexpr int kMinQubits = 5;   // states are padded to this many qubits (a whole number of group steps)
-constexpr int kStartBits = 10;  // the start state is written in chunks of 2^10 amplitudes
+constexpr int kStartBits = 10;
+constexpr size_t kHugePage = size_t(1) << 21;  // the start state is written in chunks of 2^10 amplitudes
 
 struct Planes {
   float* re;
@@ -28,8 +31,10 @@ struct Planes {
 using StateBuffer = std::unique_ptr<float, decltype(&std::free)>;
 inline StateBuffer allocate_state(int qubits, bool zeroed) {
   const size_t bytes = (size_t(2) << qubits) * sizeof(float);
-  StateBuffer buffer(static_cast<float*>(std::aligned_alloc(64, bytes)), &std::free);
+  const size_t align = bytes >= kHugePage ? kHugePage : 64;
+  StateBuffer buffer(static_cast<float*>(std::aligned_alloc(align, bytes)), &std::free);
   if (!buffer) throw std::bad_alloc();
+  if (align == kHugePage) madvise(buffer.get(), bytes, MADV_HUGEPAGE);
   if (zeroed) std::memset(buffer.get(), 0, bytes);
   return buffer;
 }
