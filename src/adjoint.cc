@@ -46,9 +46,9 @@ void simulate(Planes psi, const Circuit& c, const double* values, int parts) {
 void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Readouts& readouts,
                     const double* upstream, double* grad, int parts) {
   const Unitaries u = block_unitaries(c, values);
-  const StateBuffer co_state = allocate_state(c.qubits, true);
+  const StateBuffer co_state = allocate_state(c.qubits);
   const Planes lam = planes_of(co_state.get(), c.qubits);
-  add_observable(lam, psi, readouts, upstream);
+  set_observable(lam, psi, readouts, upstream, parts);
   const std::vector<bool> symbolic = with_symbols(c);
   const int first = static_cast<int>(std::find(symbolic.begin(), symbolic.end(), true) - symbolic.begin());
   for (int s = c.segment_count() - 1; s >= 0; --s) {
