@@ -28,19 +28,18 @@ void add_block_gradient(const Circuit& c, const double* values, const std::vecto
   }
 }
 
-void apply_segments(Planes psi, const Circuit& c, const std::vector<Mat4>& blocks, int parts) {
+}  // namespace
+
+// The first segment writes the start as it goes (tile by tile), unless a relabelling comes before it.
+void simulate(Planes psi, const Circuit& c, const double* values, int parts) {
+  const std::vector<Mat4> blocks = block_unitaries(c, values).blocks;
+  const bool start_in_segment = c.segment_count() > 0 && c.relabel[0] < 0;
+  if (!start_in_segment) write_start(psi, c, parts);
   for (int s = 0; s < c.segment_count(); ++s) {
     const int b = static_cast<int>(c.segments[s]);
     if (c.relabel[b] >= 0) relabel_before(psi, c, b, parts);
-    apply_segment(psi, c, blocks, s, parts);
+    apply_segment(psi, c, blocks, s, parts, s == 0 && start_in_segment);
   }
-}
-
-}  // namespace
-
-void simulate(Planes psi, const Circuit& c, const double* values, int parts) {
-  write_start(psi, c, parts);
-  apply_segments(psi, c, block_unitaries(c, values).blocks, parts);
 }
 
 void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Readouts& readouts,

@@ -65,4 +65,7 @@ inline int parity(uint64_t x) { return __builtin_parityll(x); }
 // factors, written in one pass in chunks of 2^kStartBits amplitudes.
 void write_start(Planes psi, const Circuit& circuit, int parts);
 
+// The start's amplitudes first..last written (multiples of 2^kStartBits, or of the state's size if smaller).
+void write_start_range(Planes psi, const Circuit& circuit, index_t first, index_t last);
+
 }  // namespace qml
