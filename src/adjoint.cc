@@ -28,27 +28,26 @@ void add_block_gradient(const Circuit& c, const double* values, const std::vecto
   }
 }
 
-void apply_segments(Planes psi, const Circuit& c, const std::vector<Mat4>& blocks, int parts) {
+}  // namespace
+
+// The first segment writes the start as it goes (tile by tile), unless a relabelling comes before it.
+void simulate(Planes psi, const Circuit& c, const double* values, int parts) {
+  const std::vector<Mat4> blocks = block_unitaries(c, values).blocks;
+  const bool start_in_segment = c.segment_count() > 0 && c.relabel[0] < 0;
+  if (!start_in_segment) write_start(psi, c, parts);
   for (int s = 0; s < c.segment_count(); ++s) {
     const int b = static_cast<int>(c.segments[s]);
     if (c.relabel[b] >= 0) relabel_before(psi, c, b, parts);
-    apply_segment(psi, c, blocks, s, parts);
+    apply_segment(psi, c, blocks, s, parts, s == 0 && start_in_segment);
   }
-}
-
-}  // namespace
-
-void simulate(Planes psi, const Circuit& c, const double* values, int parts) {
-  write_start(psi, c, parts);
-  apply_segments(psi, c, block_unitaries(c, values).blocks, parts);
 }
 
 void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Readouts& readouts,
                     const double* upstream, double* grad, int parts) {
   const Unitaries u = block_unitaries(c, values);
-  const StateBuffer co_state = allocate_state(c.qubits, true);
+  const StateBuffer co_state = allocate_state(c.qubits);
   const Planes lam = planes_of(co_state.get(), c.qubits);
-  add_observable(lam, psi, readouts, upstream);
+  set_observable(lam, psi, readouts, upstream, parts);
   const std::vector<bool> symbolic = with_symbols(c);
   const int first = static_cast<int>(std::find(symbolic.begin(), symbolic.end(), true) - symbolic.begin());
   for (int s = c.segment_count() - 1; s >= 0; --s) {

@@ -73,7 +73,7 @@ Planes array_planes(StateArray state) {
 
 // A new state of 2^qubits amplitudes, owned by the numpy array it is returned as.
 NumpyState new_state(int qubits) {
-  float* data = allocate_state(qubits, false).release();
+  float* data = allocate_state(qubits).release();
   nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
   return {data, {2, size_t(1) << qubits}, owner};
 }
@@ -99,7 +99,7 @@ NumpyState circuit_expectations(const Circuit& c, Array<const double> values, co
   {
     nb::gil_scoped_release released;
     simulate(planes, c, values.data(), parts);
-    add_expectations(planes, readouts, out.data());
+    add_expectations(planes, readouts, out.data(), parts);
   }
   return psi;
 }
@@ -114,7 +114,7 @@ void circuit_gradient(const Circuit& c, Array<const double> values, const Readou
   StateBuffer simulated(nullptr, &std::free);
   Planes planes = array_planes(psi);
   if (planes.size == 0) {
-    simulated = allocate_state(c.qubits, false);
+    simulated = allocate_state(c.qubits);
     planes = planes_of(simulated.get(), c.qubits);
     simulate(planes, c, values.data(), parts);
   }

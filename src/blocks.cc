@@ -256,6 +256,15 @@ struct TileRuns {
 
 index_t tile_count(const Circuit& c) { return index_t(1) << (c.qubits - c.tile_bits); }
 
+// The start written on a tile: its runs of 2^window amplitudes (the window's bits are the tile's number).
+void write_start_tile(Planes state, const Circuit& c, int window, index_t tile) {
+  const int above = window + c.qubits - c.tile_bits;
+  for (index_t high = 0; high < index_t(1) << (c.qubits - above); ++high) {
+    const index_t first = (high << above) | (tile << window);
+    write_start_range(state, c, first, first + (index_t(1) << window));
+  }
+}
+
 }  // namespace
 
 void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts, Mask mask) {
@@ -282,20 +291,25 @@ Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int 
   return transition(sum(totals), ud);  // summed against lam after the step, lam_after = u^dagger lam_before
 }
 
-void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts) {
+void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts, bool start) {
   const int b = static_cast<int>(c.segments[s]), e = static_cast<int>(c.segments[s + 1]);
   const int window = static_cast<int>(c.windows[s]);
-  if (e - b == 1) return apply_block(state, blocks[b], c.hi(b), c.lo(b), parts, c.mask(b));
+  if (e - b == 1) {
+    if (start) write_start(state, c, parts);
+    return apply_block(state, blocks[b], c.hi(b), c.lo(b), parts, c.mask(b));
+  }
   std::vector<Scalars> m;
   for (int k = b; k < e; ++k) m.push_back(scalars(blocks[k]));
   const index_t tiles = tile_count(c);
   in_parts(parts, [&](int part) {
-    for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile)
+    for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile) {
+      if (start) write_start_tile(state, c, window, tile);
       for (int k = b; k < e; ++k) {
         const TileRuns runs(c, window, c.hi(k), c.lo(k), tile);
         for (index_t run = runs.offset; run < runs.offset + runs.count * runs.step; run += runs.step)
           apply_range(state, m[k - b], AllGroups{c.hi(k), c.lo(k)}, run, run + runs.length);
       }
+    }
   });
 }
 

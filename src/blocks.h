@@ -20,8 +20,11 @@ void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts, Mask ma
 // psi_r conj(lam_c), with lam before the step. With a mask: on and over the amplitudes it lets through.
 Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts, Mask mask = {});
 
-// state <- segment s's blocks applied in order: one block in one pass, several tile by tile.
-void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts);
+// state <- segment s's blocks applied in order: one block in one pass, several tile by tile. With `start`,
+// a segment of several blocks first writes each tile's amplitudes of the circuit's start (the state's values
+// before are not read); one of one block is applied after the start's own pass.
+void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts,
+                   bool start = false);
 
 // Blocks e-1..b of a segment (`window` its window) un-applied from both states tile by tile; each block's
 // transition matrix (as unapply_with_transition's) where it has a symbol, zeros elsewhere.

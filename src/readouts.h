@@ -19,10 +19,12 @@ struct Readouts {
   size_t terms() const { return op.size(); }
 };
 
-// out[k] += <psi|O_k|psi>, O_k the sum of the terms of readout k: strings of Z only in one pass over psi.
-void add_expectations(Planes psi, const Readouts& readouts, double* out);
+// out[k] += <psi|O_k|psi>, O_k the sum of the terms of readout k: strings of Z only in one pass over psi,
+// cut into `parts` parts.
+void add_expectations(Planes psi, const Readouts& readouts, double* out, int parts);
 
-// lam += sum_k upstream[k] O_k psi.
-void add_observable(Planes lam, Planes psi, const Readouts& readouts, const double* upstream);
+// lam <- sum_k upstream[k] O_k psi (lam's values before are not read): strings of Z only in one pass, cut
+// into `parts` parts.
+void set_observable(Planes lam, Planes psi, const Readouts& readouts, const double* upstream, int parts);
 
 }  // namespace qml

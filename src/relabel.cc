@@ -47,13 +47,76 @@ void swap_parts(float* values, const std::vector<int>& lows, const std::vector<i
   }
 }
 
+// Eight rows of eight floats, as one vector each (one AVX register; two SSE registers on the portable path).
+using Row8 = float __attribute__((vector_size(32)));
+
+// r <- its transpose, in three rounds of shuffles (pairs of rows, then fours, then halves).
+inline void transpose8(Row8 r[8]) {
+  Row8 a[8], b[8];
+  for (int k = 0; k < 8; k += 2) {
+    a[k] = __builtin_shufflevector(r[k], r[k + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    a[k + 1] = __builtin_shufflevector(r[k], r[k + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int k = 0; k < 8; k += 4)
+    for (int h = 0; h < 2; ++h) {
+      b[k + 2 * h] = __builtin_shufflevector(a[k + h], a[k + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      b[k + 2 * h + 1] = __builtin_shufflevector(a[k + h], a[k + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  for (int k = 0; k < 4; ++k) {
+    r[k] = __builtin_shufflevector(b[k], b[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[k + 4] = __builtin_shufflevector(b[k], b[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+
+// The 8x8 block of rows `rows` (each a pointer to 8 floats) read, transposed.
+inline void load_transposed(float* const rows[8], Row8 r[8]) {
+  for (int k = 0; k < 8; ++k) __builtin_memcpy(&r[k], rows[k], sizeof(Row8));
+  transpose8(r);
+}
+
+inline void store(float* const rows[8], const Row8 r[8]) {
+  for (int k = 0; k < 8; ++k) __builtin_memcpy(rows[k], &r[k], sizeof(Row8));
+}
+
+// swap_parts when the low bits are bits 0..count_bits - 1 (count_bits >= 3): each rest's count x count tile
+// (row t at base + at_high[t], its columns consecutive) transposed in place by 8x8 blocks through registers,
+// block (x, y) swapped with block (y, x).
+template <int count_bits>
+void swap_rows(float* values, const std::vector<int>& lows, const std::vector<int>& highs, index_t first,
+               index_t last) {
+  constexpr int count = 1 << count_bits;
+  index_t at_high[count];
+  for (int t = 0; t < count; ++t) at_high[t] = deposit(t, highs);
+  std::vector<int> moved(lows);
+  moved.insert(moved.end(), highs.begin(), highs.end());
+  std::sort(moved.begin(), moved.end());
+  for (index_t rest = first; rest < last; ++rest) {
+    float* const base = values + without_bits(rest, moved);
+    for (int x = 0; x < count; x += 8)
+      for (int y = x; y < count; y += 8) {
+        float *at_xy[8], *at_yx[8];
+        for (int k = 0; k < 8; ++k) at_xy[k] = base + at_high[x + k] + y, at_yx[k] = base + at_high[y + k] + x;
+        Row8 xy[8], yx[8];
+        load_transposed(at_xy, xy);
+        if (x == y) {
+          store(at_xy, xy);
+          continue;
+        }
+        load_transposed(at_yx, yx);
+        store(at_yx, xy);
+        store(at_xy, yx);
+      }
+  }
+}
+
 template <int count_bits>
 void swap_parts(float* values, const std::vector<int>& lows, const std::vector<int>& highs, index_t first,
                 index_t last) {
+  if constexpr (count_bits >= 3)
+    if (lows.back() == count_bits - 1) return swap_rows<count_bits>(values, lows, highs, first, last);
   if (lows.back() == count_bits - 1) return swap_parts<count_bits, true>(values, lows, highs, first, last);
   swap_parts<count_bits, false>(values, lows, highs, first, last);
 }
-
 void relabel_range(float* values, const std::vector<int>& lows, const std::vector<int>& highs, index_t first,
                    index_t last) {
   switch (lows.size()) {

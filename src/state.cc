@@ -50,14 +50,14 @@ void scale_by_bit(float* __restrict re, float* __restrict im, index_t width, int
   }
 }
 
-// Chunks first..last: the chunk's constant times the table every chunk shares, times its linked bits' values.
-void start_range(Planes psi, const Circuit& c, index_t first, index_t last) {
+}  // namespace
+
+void write_start_range(Planes psi, const Circuit& c, index_t first, index_t last) {
   const int low = static_cast<int>(c.start_linked.size());
   const index_t width = index_t(1) << low;
   const float* table_re = c.start_table.data();
   const float* table_im = table_re + width;
-  for (index_t chunk = first; chunk < last; ++chunk) {
-    const index_t base = chunk * width;
+  for (index_t base = first; base < last; base += width) {
     const ChunkFactors factors = chunk_factors(c, base, low);
     float* __restrict re = psi.re + base;
     float* __restrict im = psi.im + base;
@@ -72,12 +72,11 @@ void start_range(Planes psi, const Circuit& c, index_t first, index_t last) {
   }
 }
 
-}  // namespace
-
 void write_start(Planes psi, const Circuit& c, int parts) {
-  const index_t chunks = psi.size >> c.start_linked.size();
+  const int low = static_cast<int>(c.start_linked.size());
+  const index_t chunks = psi.size >> low;
   in_parts(parts, [&](int part) {
-    start_range(psi, c, chunks * part / parts, chunks * (part + 1) / parts);
+    write_start_range(psi, c, (chunks * part / parts) << low, (chunks * (part + 1) / parts) << low);
   });
 }
 

@@ -5,9 +5,10 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <new>
+
+#include <sys/mman.h>
 
 namespace qml {
 
@@ -17,6 +18,7 @@ using index_t = int64_t;
 
 constexpr int kMinQubits = 5;   // states are padded to this many qubits (a whole number of group steps)
 constexpr int kStartBits = 10;  // the start state is written in chunks of 2^10 amplitudes
+constexpr size_t kHugePage = size_t(1) << 21;  // a transparent huge page, 2 MiB
 
 struct Planes {
   float* re;
@@ -24,13 +26,15 @@ struct Planes {
   index_t size;  // amplitudes per plane
 };
 
-// Both planes of 2^qubits amplitudes in one 64-byte aligned buffer, zeros if `zeroed`.
+// Both planes of 2^qubits amplitudes in one buffer (not initialised), 64-byte aligned; from 2 MiB on, on
+// transparent huge pages where the OS gives them (fewer page faults and TLB misses).
 using StateBuffer = std::unique_ptr<float, decltype(&std::free)>;
-inline StateBuffer allocate_state(int qubits, bool zeroed) {
+inline StateBuffer allocate_state(int qubits) {
   const size_t bytes = (size_t(2) << qubits) * sizeof(float);
-  StateBuffer buffer(static_cast<float*>(std::aligned_alloc(64, bytes)), &std::free);
+  const size_t align = bytes >= kHugePage ? kHugePage : 64;
+  StateBuffer buffer(static_cast<float*>(std::aligned_alloc(align, bytes)), &std::free);
   if (!buffer) throw std::bad_alloc();
-  if (zeroed) std::memset(buffer.get(), 0, bytes);
+  if (align == kHugePage) madvise(buffer.get(), bytes, MADV_HUGEPAGE);
   return buffer;
 }
 
@@ -60,5 +64,8 @@ inline int parity(uint64_t x) { return __builtin_parityll(x); }
 // psi <- the state after the circuit's start from |0...0>: its qubits' product state times its diagonal
 // factors, written in one pass in chunks of 2^kStartBits amplitudes.
 void write_start(Planes psi, const Circuit& circuit, int parts);
+
+// The start's amplitudes first..last written (multiples of 2^kStartBits, or of the state's size if smaller).
+void write_start_range(Planes psi, const Circuit& circuit, index_t first, index_t last);
 
 }  // namespace qml

@@ -524,7 +524,7 @@ def test_a_block_on_every_bit_pair(path_kernel, lo, parts):
 
 
 @pytest.mark.parametrize("parts", [1, 3])
-@pytest.mark.parametrize("lows", [(0,), (1, 3), (0, 2, 3), (0, 1, 2, 4), (0, 1, 2, 3, 4)])
+@pytest.mark.parametrize("lows", [(0,), (1, 3), (0, 2, 3), (0, 1, 2), (0, 1, 2, 4), (0, 1, 2, 3), (0, 1, 2, 3, 4)])
 def test_a_relabelling_swaps_bits(path_kernel, lows, parts):
     """A relabelling moves every amplitude to the index with its low bits and high bits swapped: the
     state's tensor with those axes exchanged, exactly, on every path; whole, and cut into 3 parts."""
@@ -666,13 +666,15 @@ def random_start(rng, register) -> tuple[cirq.Circuit, cirq.Circuit]:
     return product + diagonals[: len(register)] + symbolic + diagonals[len(register) :], cirq.Circuit(symbolic)
 
 
-@pytest.mark.parametrize("qubits", [3, 12])
-def test_the_start_is_written_as_a_state(qubits):
+@pytest.mark.parametrize(("qubits", "tile_bits"), [(3, None), (12, None), (14, 12)])
+def test_the_start_is_written_as_a_state(tiles, qubits, tile_bits):
     """The constant one-qubit gates at a circuit's start and the constant diagonal gates after them are no
     blocks but the state the first block starts from; with any gates after (from a rx with a symbol on every
     qubit, which ends every qubit's start), expectations and gradients still equal cirq's (3 qubits: padded to
     the kernel's 5; 12: the start written in chunks, with diagonal gates linking bits inside and outside a
-    chunk)."""
+    chunk; 14 in tiles of 2^12: written by the first segment tile by tile, each tile two runs of 2^11)."""
+    if tile_bits:
+        tiles(tile_bits)
     rng = np.random.default_rng(qubits)
     register = cirq.GridQubit.rect(1, qubits)
     names = tuple(str(x) for x in SYMBOLS)
@@ -680,10 +682,13 @@ def test_the_start_is_written_as_a_state(qubits):
     for _ in range(3):
         start, left_in = random_start(rng, register)
         after = cirq.Circuit(cirq.rx(SYMBOLS[1])(q) for q in register)
+        if tile_bits:  # blocks on disjoint pairs first, so that the first segment takes several
+            after += (cirq.CNOT(register[q], register[q + 1]) for q in range(0, qubits - 1, 2))
         after += (random_gate(rng, register) for _ in range(2 * qubits))
         circuits.append(start + after)
         full, without = (plan(tfq.convert_to_tensor([c]).numpy()[0], names) for c in (start + after, left_in + after))
         assert len(full.circuit.block_qubits) == len(without.circuit.block_qubits)
+        assert not tile_bits or full.circuit.windows[0] == 11  # the first segment's window: bits 11 and 12
     values = rng.uniform(-1.5, 1.5, size=(3, len(SYMBOLS)))
     readouts = [random_readouts(rng, register) for _ in circuits]
     check(circuits, SYMBOLS, values, readouts, rng.uniform(-1, 1, size=(3, 3)), tfq_tolerance=1e-3)

@@ -15,7 +15,8 @@ import numpy as np
 # block of the segment touches, from bit w, LOWEST_WINDOW <= w <= TILE_BITS. The tile is then runs of
 # 2^w amplitudes or more (w = TILE_BITS: one run); from 2^10 (4 KiB, a page, per plane), since shorter
 # runs were slower (docs/kernel-notes.md#segments-and-tiles). (TILE_BITS at least kernel.CHUNK_BITS + 2 and
-# LOWEST_WINDOW at least kernel.CHUNK_BITS: a tile's runs then hold whole chunks of every pass.)
+# LOWEST_WINDOW at least kernel.CHUNK_BITS and kernel.START_BITS: a tile's runs then hold whole chunks of every
+# pass, and of the start, which the first segment writes tile by tile.)
 TILE_BITS = 16
 LOWEST_WINDOW = 10
 
