@@ -26,6 +26,9 @@ Ray 2.60 offers no public API for any of these:
   restart's decision waits until the GCS has declared a lost node dead (its health checks,
   ray._config); and fewer workers than the least fitting for as long as Ray Train waits to place a
   group ends the wait as a placement that timed out does, where the policy would wait without end.
+- `keep_cluster_errors_off_the_console`: a driver prints the cluster's error messages (a node marked
+  dead, a lost raylet's last 20 log lines) through ray._private.worker.print_to_stdstream, whatever
+  log_to_driver says. The command says what a lost node means in one line of its own.
 
 Private modules change without notice: RAY_VERSION is the Ray these were checked against, and a
 test fails as soon as the installed Ray is another, so that they are checked again.
@@ -36,6 +39,7 @@ import time
 
 import grpc
 import ray
+from ray._private import worker as ray_worker
 from ray._private.state import state
 from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode
 from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
@@ -53,6 +57,7 @@ __all__ = [
     "TrainingFramework",
     "WorkerGroupStartupTimeoutError",
     "gcs_refuses",
+    "keep_cluster_errors_off_the_console",
     "placement_group_creators",
     "size_elastic_groups_on_the_live_nodes",
     "token_authentication",
@@ -150,3 +155,17 @@ def _placement_wait_seconds() -> float:
 def _node_death_seconds() -> float:
     """How long the GCS takes to declare a node that stopped answering dead: its failed health checks."""
     return ray._config.health_check_period_ms() * ray._config.health_check_failure_threshold() / 1000
+
+
+def keep_cluster_errors_off_the_console() -> None:
+    """Have this driver leave the cluster's error messages to Ray's log files (--verbose shows them)."""
+    printing = ray_worker.print_to_stdstream
+    if getattr(printing, "quiet", False):
+        return
+
+    def print_but_cluster_errors(data: dict, ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":  # the error listener's: the workers' logs reach here only if verbose
+            printing(data, ignore_prefix)
+
+    print_but_cluster_errors.quiet = True
+    ray_worker.print_to_stdstream = print_but_cluster_errors

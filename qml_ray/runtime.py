@@ -47,8 +47,8 @@ def job_env() -> dict:
 def connect(address: str | None, log_to_driver: bool = True) -> None:
     """Join Ray: `None` joins the job's cluster when run by `ray job submit`, else starts a
     local Ray; `auto` joins the cluster that RAY_ADDRESS or this machine names; else the address.
-    `log_to_driver=False` keeps the workers' output (their epoch lines) and Ray's warnings off this
-    console (they stay in Ray's log files)."""
+    `log_to_driver=False` keeps the workers' output (their epoch lines), Ray's warnings and the
+    cluster's error messages (a node marked dead) off this console (they stay in Ray's log files)."""
     if ray.is_initialized():
         return
     if not os.environ.get("RAY_ADDRESS"):  # empty is unset (Ray itself would take it for an address)
@@ -75,6 +75,10 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UsageError(f"cannot connect to Ray at {address}: {err}") from None
     interrupts.install()  # again: ray.init sets a SIGTERM handler of its own
+    if not log_to_driver:
+        from qml_ray import ray_internals
+
+        ray_internals.keep_cluster_errors_off_the_console()
     if address == "local":
         _local_ray.append(True)
     else:

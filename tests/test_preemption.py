@@ -215,6 +215,7 @@ def test_an_elastic_run_goes_on_at_once_without_a_lost_node_and_grows_back_when_
     assert epochs_by_attempt(logs) == [[1, 2], [3, 4], [5, 6, 7, 8]], logs[-3000:]
     said = [line for line in logs.splitlines() if re.match(r"(continuing on|back to) ", line)]
     assert said == ["continuing on 1 of 2 workers (a node was lost)", "back to 2 workers"], logs[-3000:]
+    assert "(raylet)" not in logs, logs[-3000:]  # Ray's messages of the lost node stay in its log files
     assert_every_epoch_once(run)
     assert [int(row["workers"]) for row in history(run)] == [2, 2, 1, 1, 2, 2, 2, 2]
     assert re.search(r"^epoch 4/8  loss .* on 1 workers$", logs, re.M), logs[-3000:]
