@@ -201,6 +201,11 @@ class Config(pydantic.BaseModel):
         return 0 < self.min_workers < self.workers
 
     @property
+    def fewest_workers(self) -> int:
+        """The workers training cannot go without: min_workers when elastic, else all of them."""
+        return self.min_workers if self.elastic else self.workers
+
+    @property
     def worker_range(self) -> str:
         """The workers as the flag takes them: N, or MIN-MAX when elastic."""
         return f"{self.min_workers}-{self.workers}" if self.elastic else str(self.workers)

@@ -256,7 +256,7 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
         backend_config=TFConfig(),
         datasets=inputs.datasets,
         scaling_config=ScalingConfig(
-            num_workers=(config.min_workers, config.workers) if config.elastic else config.workers,
+            num_workers=(config.fewest_workers, config.workers) if config.elastic else config.workers,
             resources_per_worker={"CPU": config.cpus_per_worker},
             elastic_resize_monitor_interval_s=GROW_CHECK_SECONDS,
         ),
@@ -299,7 +299,7 @@ def failure_message(err: Exception, config: config_lib.Config) -> str:
 
     reason = err
     if isinstance(getattr(err, "controller_failure", None), WorkerGroupStartupTimeoutError):
-        wanted = f"{config.min_workers} (of {config.workers})" if config.elastic else f"all {config.workers}"
+        wanted = f"{config.fewest_workers} (of {config.workers})" if config.elastic else f"all {config.workers}"
         reason = (
             f"the cluster could not place {wanted} workers ({config.cpus_per_worker} CPU(s) each) "
             f"within {replacement_wait(config):.0f} s: add nodes, raise --capacity-timeout or lower --workers"
@@ -361,7 +361,7 @@ def train_claimed(
     runtime.connect(address, log_to_driver=verbose)
     runtime.quiet_ray_data(verbose)
     runtime.require_capacity(
-        config.min_workers if config.elastic else config.workers,
+        config.fewest_workers,
         config.cpus_per_worker,
         "training workers",
         "lower --workers or --cpus-per-worker",
