@@ -25,7 +25,8 @@ from tensorflow_quantum.python.layers.circuit_executors import expectation, samp
 from tensorflow_quantum.python.layers.high_level import controlled_pqc, noisy_controlled_pqc, noisy_pqc, pqc
 
 from qml_ray.errors import ModelError
-from qml_ray.gradients import BlockAdjoint, UnsupportedGate, plan
+from qml_ray.gradients import BlockAdjoint, UnsupportedGate
+from qml_ray.gradients.plan import plan
 
 # Layers that hold their circuit: the attribute of the executor (an Expectation-like layer, or the op
 # itself), and of the circuit.

@@ -73,8 +73,8 @@ Planes array_planes(StateArray state) {
 
 // A new state of 2^qubits amplitudes, owned by the numpy array it is returned as.
 NumpyState new_state(int qubits) {
-  float* data = allocate_state(qubits).release();
-  nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
+  float* data = allocate_state(qubits);
+  nb::capsule owner(data, [](void* p) noexcept { release_state(p); });
   return {data, {2, size_t(1) << qubits}, owner};
 }
 
@@ -111,10 +111,10 @@ void circuit_gradient(const Circuit& c, Array<const double> values, const Readou
   if (psi.shape(1) != 0 && psi.shape(1) != size_t(1) << c.qubits)
     throw std::invalid_argument("psi is not a state of the circuit's qubits");
   nb::gil_scoped_release released;
-  StateBuffer simulated(nullptr, &std::free);
+  StateBuffer simulated;
   Planes planes = array_planes(psi);
   if (planes.size == 0) {
-    simulated = allocate_state(c.qubits);
+    simulated = new_state_buffer(c.qubits);
     planes = planes_of(simulated.get(), c.qubits);
     simulate(planes, c, values.data(), parts);
   }

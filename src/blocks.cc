@@ -51,12 +51,31 @@ void with_groups(int hi, int lo, Mask mask, Body&& body) {
   body(MaskedGroups(hi, lo, mask));
 }
 
-// Row r of the matrix (mr, mi) times the amplitudes x = (re0, im0, ..., re3, im3).
+// a * b + c, fused on the paths whose CPUs have FMA (all but portable).
+#ifdef __FMA__
+#define QML_FMA(a, b, c) __builtin_fmaf(a, b, c)
+#else
+#define QML_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+// Row r of the matrix (mr, mi) times the amplitudes x = (re0, im0, ..., re3, im3), each part a chain of FMAs:
+// written as plain sums, the compiler (allowed to reassociate) split them into products and adds, a third
+// more instructions, and the block pass took 1.13x the time (one thread, in cache, AVX-512 and AVX2 alike).
 #define QML_ROW(r, yr, yi)                                                                                    \
-  const float yr = mr[4 * r] * x0 - mi[4 * r] * x1 + mr[4 * r + 1] * x2 - mi[4 * r + 1] * x3 +               \
-                   mr[4 * r + 2] * x4 - mi[4 * r + 2] * x5 + mr[4 * r + 3] * x6 - mi[4 * r + 3] * x7;         \
-  const float yi = mr[4 * r] * x1 + mi[4 * r] * x0 + mr[4 * r + 1] * x3 + mi[4 * r + 1] * x2 +               \
-                   mr[4 * r + 2] * x5 + mi[4 * r + 2] * x4 + mr[4 * r + 3] * x7 + mi[4 * r + 3] * x6;
+  const float yr = QML_FMA(                                                                                   \
+      mr[4 * r + 3], x6,                                                                                      \
+      QML_FMA(-mi[4 * r + 3], x7,                                                                             \
+              QML_FMA(mr[4 * r + 2], x4,                                                                      \
+                      QML_FMA(-mi[4 * r + 2], x5,                                                             \
+                              QML_FMA(mr[4 * r + 1], x2,                                                      \
+                                      QML_FMA(-mi[4 * r + 1], x3, QML_FMA(mr[4 * r], x0, -mi[4 * r] * x1))))))); \
+  const float yi = QML_FMA(                                                                                   \
+      mr[4 * r + 3], x7,                                                                                      \
+      QML_FMA(mi[4 * r + 3], x6,                                                                              \
+              QML_FMA(mr[4 * r + 2], x5,                                                                      \
+                      QML_FMA(mi[4 * r + 2], x4,                                                              \
+                              QML_FMA(mr[4 * r + 1], x3,                                                      \
+                                      QML_FMA(mi[4 * r + 1], x2, QML_FMA(mr[4 * r], x1, mi[4 * r] * x0)))))));
 
 // The matrix applied to `length` consecutive groups of a block whose runs are at least that long: the four
 // runs (bits hi, lo) = 00, 01, 10, 11 from `i`, as real and imaginary views.

@@ -1,10 +1,83 @@
 #include "state.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "circuit.h"
 
 namespace qml {
+namespace {
+
+// Every state buffer handed out, by its bytes, and the released ones kept for reuse (oldest first).
+struct Recycler {
+  std::mutex lock;
+  std::unordered_map<void*, size_t> bytes;
+  std::vector<std::pair<size_t, float*>> kept;
+  size_t kept_bytes = 0;
+
+  float* take(size_t size) {
+    for (auto it = kept.rbegin(); it != kept.rend(); ++it)
+      if (it->first == size) {
+        float* buffer = it->second;
+        kept.erase(std::next(it).base());
+        kept_bytes -= size;
+        return buffer;
+      }
+    return nullptr;
+  }
+
+  void drop_oldest() {
+    bytes.erase(kept.front().second);
+    kept_bytes -= kept.front().first;
+    std::free(kept.front().second);
+    kept.erase(kept.begin());
+  }
+};
+
+Recycler& recycler() {
+  static Recycler* const r = new Recycler;  // never destroyed: numpy may release states at the process's exit
+  return *r;
+}
+
+}  // namespace
+
+float* allocate_state(int qubits) {
+  const size_t size = (size_t(2) << qubits) * sizeof(float);
+  Recycler& r = recycler();
+  {
+    std::lock_guard<std::mutex> hold(r.lock);
+    if (float* buffer = r.take(size)) return buffer;
+  }
+  const size_t align = size >= kHugePage ? kHugePage : 64;
+  float* buffer = static_cast<float*>(std::aligned_alloc(align, size));
+  if (!buffer) throw std::bad_alloc();
+  if (align == kHugePage) madvise(buffer, size, MADV_HUGEPAGE);
+  std::lock_guard<std::mutex> hold(r.lock);
+  r.bytes[buffer] = size;
+  return buffer;
+}
+
+void release_state(void* buffer) noexcept {
+  if (!buffer) return;
+  Recycler& r = recycler();
+  std::lock_guard<std::mutex> hold(r.lock);
+  const size_t size = r.bytes.at(buffer);
+  if (size > kRecycledBytes) {
+    r.bytes.erase(buffer);
+    return std::free(buffer);
+  }
+  while (r.kept_bytes + size > kRecycledBytes) r.drop_oldest();
+  r.kept.emplace_back(size, static_cast<float*>(buffer));
+  r.kept_bytes += size;
+}
+
 namespace {
 
 // What the start gives the chunk at `base` (its bits above `low` fixed): one constant for all its
@@ -12,12 +85,12 @@ namespace {
 // amplitudes times the diagonal factors linking it to a bit above).
 struct ChunkFactors {
   cdouble scale = 1.0;
-  std::vector<cdouble> per_bit;  // [low, 2]
+  cdouble per_bit[2 * kStartBits];  // [low, 2]
 };
 
 ChunkFactors chunk_factors(const Circuit& c, index_t base, int low) {
   ChunkFactors out;
-  out.per_bit.assign(c.start_amplitudes.begin(), c.start_amplitudes.begin() + 2 * low);
+  std::copy(c.start_amplitudes.begin(), c.start_amplitudes.begin() + 2 * low, out.per_bit);
   for (int b = low; b < c.qubits; ++b) out.scale *= c.start_amplitudes[2 * b + ((base >> b) & 1)];
   const size_t phases = c.start_phases.size() / 4;
   for (size_t g = 0; g < phases; ++g) {

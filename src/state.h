@@ -4,11 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
+#include <cstddef>
 #include <memory>
-#include <new>
-
-#include <sys/mman.h>
 
 namespace qml {
 
@@ -27,16 +24,18 @@ struct Planes {
 };
 
 // Both planes of 2^qubits amplitudes in one buffer (not initialised), 64-byte aligned; from 2 MiB on, on
-// transparent huge pages where the OS gives them (fewer page faults and TLB misses).
-using StateBuffer = std::unique_ptr<float, decltype(&std::free)>;
-inline StateBuffer allocate_state(int qubits) {
-  const size_t bytes = (size_t(2) << qubits) * sizeof(float);
-  const size_t align = bytes >= kHugePage ? kHugePage : 64;
-  StateBuffer buffer(static_cast<float*>(std::aligned_alloc(align, bytes)), &std::free);
-  if (!buffer) throw std::bad_alloc();
-  if (align == kHugePage) madvise(buffer.get(), bytes, MADV_HUGEPAGE);
-  return buffer;
-}
+// transparent huge pages where the OS gives them (fewer page faults and TLB misses). A released buffer is
+// kept for the next state of its size, up to kRecycledBytes of them, so a new state seldom faults in fresh
+// pages (docs/kernel-notes.md#the-state-two-planes).
+constexpr size_t kRecycledBytes = size_t(128) << 20;
+float* allocate_state(int qubits);
+void release_state(void* buffer) noexcept;
+
+struct ReleaseState {
+  void operator()(float* buffer) const noexcept { release_state(buffer); }
+};
+using StateBuffer = std::unique_ptr<float, ReleaseState>;
+inline StateBuffer new_state_buffer(int qubits) { return StateBuffer(allocate_state(qubits)); }
 
 inline Planes planes_of(float* data, int qubits) {
   const index_t size = index_t(1) << qubits;

@@ -28,7 +28,7 @@ from qml_ray.gradients.plan.arrays import Circuit
 from qml_ray.gradients.plan.gates import UnsupportedGate
 from qml_ray.gradients.plan.readouts import Readouts
 
-__all__ = ["Circuit", "Plan", "Readouts", "UnsupportedGate", "plan"]
+__all__ = ["Circuit", "Plan", "Readouts", "UnsupportedGate", "canonical", "canonical_plan", "plan"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,12 @@ def plan(program: bytes, symbol_names: tuple) -> Plan:
     """The plan of a serialized program, its symbols numbered as in `symbol_names`. Plans are cached by
     the program's deterministic serialization (TFQ's ops serialize argument maps in varying order), and the
     kernel's path (`kernel.use`)."""
-    return _plan(canonical(program), symbol_names, kernel.PATH)
+    return canonical_plan(canonical(program), symbol_names)
+
+
+def canonical_plan(program: bytes, symbol_names: tuple) -> Plan:
+    """`plan` of a program `canonical` serialized."""
+    return _plan(program, symbol_names, kernel.PATH)
 
 
 def canonical(program: bytes) -> bytes:
