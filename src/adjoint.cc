@@ -12,6 +12,16 @@ void relabel_before(Planes state, const Circuit& c, int b, int parts) {
   relabel_bits(state, c.bit_map(static_cast<int>(c.relabel[b])), c.qubits, parts);
 }
 
+// The relabelling segment s starts with, if the segment can take it tile by tile (it has several blocks and the
+// relabelling leaves its window alone); else none. A tile is in cache, so the relabelling costs no pass of its
+// own over the state.
+const int64_t* relabelling_in_tiles(const Circuit& c, int s) {
+  const int b = static_cast<int>(c.segments[s]), window = static_cast<int>(c.windows[s]);
+  if (c.relabel[b] < 0 || window < 0) return nullptr;
+  const int64_t* bit_map = c.bit_map(static_cast<int>(c.relabel[b]));
+  return leaves_alone(bit_map, window, c.qubits - c.tile_bits) ? bit_map : nullptr;
+}
+
 // Block b's part of the gradient, m its transition matrix: d/de of the block (L F(e) R) contributes
 // 2 Re Tr(dF/de . R M L).
 void add_block_gradient(const Circuit& c, const double* values, const std::vector<Mat4>& factors, int b,
@@ -37,8 +47,9 @@ void simulate(Planes psi, const Circuit& c, const double* values, int parts) {
   if (!start_in_segment) write_start(psi, c, parts);
   for (int s = 0; s < c.segment_count(); ++s) {
     const int b = static_cast<int>(c.segments[s]);
-    if (c.relabel[b] >= 0) relabel_before(psi, c, b, parts);
-    apply_segment(psi, c, blocks, s, parts, s == 0 && start_in_segment);
+    const int64_t* in_tiles = relabelling_in_tiles(c, s);
+    if (c.relabel[b] >= 0 && !in_tiles) relabel_before(psi, c, b, parts);
+    apply_segment(psi, c, blocks, s, parts, s == 0 && start_in_segment, in_tiles);
   }
 }
 
@@ -53,6 +64,7 @@ void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Re
   for (int s = c.segment_count() - 1; s >= 0; --s) {
     const int b = std::max(static_cast<int>(c.segments[s]), first), e = static_cast<int>(c.segments[s + 1]);
     if (e <= first) break;
+    const int64_t* in_tiles = b > first ? relabelling_in_tiles(c, s) : nullptr;  // b > first: b starts segment s
     if (e - b == 1 && symbolic[b]) {
       const Mat4 m = unapply_with_transition(psi, lam, u.blocks[b], c.hi(b), c.lo(b), parts, c.mask(b));
       add_block_gradient(c, values, u.factors, b, m, grad);
@@ -60,11 +72,11 @@ void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Re
       for (Planes state : {psi, lam}) apply_block(state, dagger(u.blocks[b]), c.hi(b), c.lo(b), parts, c.mask(b));
     } else {
       const std::vector<Mat4> m =
-          unapply_segment(psi, lam, c, u.blocks, symbolic, b, e, static_cast<int>(c.windows[s]), parts);
+          unapply_segment(psi, lam, c, u.blocks, symbolic, b, e, static_cast<int>(c.windows[s]), parts, in_tiles);
       for (int k = b; k < e; ++k)
         if (symbolic[k]) add_block_gradient(c, values, u.factors, k, m[k - b], grad);
     }
-    if (c.relabel[b] >= 0 && b > first)
+    if (c.relabel[b] >= 0 && b > first && !in_tiles)
       for (Planes state : {psi, lam}) relabel_before(state, c, b, parts);
   }
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "relabel.h"
+
 namespace qml {
 namespace {
 
@@ -310,7 +312,8 @@ Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int 
   return transition(sum(totals), ud);  // summed against lam after the step, lam_after = u^dagger lam_before
 }
 
-void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts, bool start) {
+void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts, bool start,
+                   const int64_t* relabel) {
   const int b = static_cast<int>(c.segments[s]), e = static_cast<int>(c.segments[s + 1]);
   const int window = static_cast<int>(c.windows[s]);
   if (e - b == 1) {
@@ -322,6 +325,7 @@ void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& bloc
   const index_t tiles = tile_count(c);
   in_parts(parts, [&](int part) {
     for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile) {
+      if (relabel) relabel_tile(state, relabel, c.qubits, window, c.qubits - c.tile_bits, tile);
       if (start) write_start_tile(state, c, window, tile);
       for (int k = b; k < e; ++k) {
         const TileRuns runs(c, window, c.hi(k), c.lo(k), tile);
@@ -333,7 +337,8 @@ void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& bloc
 }
 
 std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, const std::vector<Mat4>& blocks,
-                                  const std::vector<bool>& symbolic, int b, int e, int window, int parts) {
+                                  const std::vector<bool>& symbolic, int b, int e, int window, int parts,
+                                  const int64_t* relabel) {
   std::vector<Mat4> daggers;
   std::vector<Scalars> m;
   for (int k = b; k < e; ++k) {
@@ -343,7 +348,7 @@ std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, cons
   const index_t tiles = tile_count(c);
   std::vector<std::vector<Totals>> totals(e - b, std::vector<Totals>(parts, Totals{}));  // [block][part]
   in_parts(parts, [&](int part) {
-    for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile)
+    for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile) {
       for (int k = e - 1; k >= b; --k) {
         const AllGroups g{c.hi(k), c.lo(k)};
         const TileRuns runs(c, window, g.hi, g.lo, tile);
@@ -356,6 +361,9 @@ std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, cons
           }
         }
       }
+      if (relabel)
+        for (Planes state : {psi, lam}) relabel_tile(state, relabel, c.qubits, window, c.qubits - c.tile_bits, tile);
+    }
   });
   std::vector<Mat4> out(e - b);
   for (int k = 0; k < e - b; ++k) out[k] = transition(sum(totals[k]), daggers[k]);

@@ -22,13 +22,16 @@ Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int 
 
 // state <- segment s's blocks applied in order: one block in one pass, several tile by tile. With `start`,
 // a segment of several blocks first writes each tile's amplitudes of the circuit's start (the state's values
-// before are not read); one of one block is applied after the start's own pass.
+// before are not read); one of one block is applied after the start's own pass. With `relabel` (a bit map
+// that leaves the segment's window alone), each tile is first relabelled.
 void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts,
-                   bool start = false);
+                   bool start = false, const int64_t* relabel = nullptr);
 
-// Blocks e-1..b of a segment (`window` its window) un-applied from both states tile by tile; each block's
-// transition matrix (as unapply_with_transition's) where it has a symbol, zeros elsewhere.
+// Blocks e-1..b of a segment (`window` its window) un-applied from both states tile by tile, then with
+// `relabel` each tile relabelled; each block's transition matrix (as unapply_with_transition's) where it has a
+// symbol, zeros elsewhere.
 std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, const std::vector<Mat4>& blocks,
-                                  const std::vector<bool>& symbolic, int b, int e, int window, int parts);
+                                  const std::vector<bool>& symbolic, int b, int e, int window, int parts,
+                                  const int64_t* relabel = nullptr);
 
 }  // namespace qml

@@ -128,18 +128,47 @@ void relabel_range(float* values, const std::vector<int>& lows, const std::vecto
   }
 }
 
+// The pairs of bits a relabelling swaps: lows[k] with highs[k].
+struct Swaps {
+  std::vector<int> lows, highs;
+  Swaps(const int64_t* bit_map, int qubits) {
+    for (int q = 0; q < qubits; ++q)
+      if (bit_map[q] > q) lows.push_back(q), highs.push_back(static_cast<int>(bit_map[q]));
+  }
+  void run(Planes state, index_t first, index_t last) const {
+    for (float* plane : {state.re, state.im}) relabel_range(plane, lows, highs, first, last);
+  }
+};
+
 }  // namespace
 
 void relabel_bits(Planes state, const int64_t* bit_map, int qubits, int parts) {
-  std::vector<int> lows, highs;
-  for (int q = 0; q < qubits; ++q)
-    if (bit_map[q] > q) lows.push_back(q), highs.push_back(static_cast<int>(bit_map[q]));
-  if (lows.empty()) return;
-  const index_t rests = state.size >> (2 * lows.size());
+  const Swaps swaps(bit_map, qubits);
+  if (swaps.lows.empty()) return;
+  const index_t rests = state.size >> (2 * swaps.lows.size());
   in_parts(parts, [&](int part) {
-    for (float* plane : {state.re, state.im})
-      relabel_range(plane, lows, highs, share(part, parts, rests, 0), share(part + 1, parts, rests, 0));
+    swaps.run(state, share(part, parts, rests, 0), share(part + 1, parts, rests, 0));
   });
+}
+
+// The settings of the other bits (the moved ones taken out) that fall in the tile: runs of 2^w consecutive
+// ones, w the window's first bit among them.
+void relabel_tile(Planes state, const int64_t* bit_map, int qubits, int window, int fixed, index_t tile) {
+  const Swaps swaps(bit_map, qubits);
+  if (swaps.lows.empty()) return;
+  int w = window;
+  for (size_t k = 0; k < swaps.lows.size(); ++k) w -= (swaps.lows[k] < window) + (swaps.highs[k] < window);
+  const int others = qubits - 2 * static_cast<int>(swaps.lows.size());
+  for (index_t high = 0; high < index_t(1) << (others - w - fixed); ++high) {
+    const index_t first = (high << (w + fixed)) | (tile << w);
+    swaps.run(state, first, first + (index_t(1) << w));
+  }
+}
+
+bool leaves_alone(const int64_t* bit_map, int window, int fixed) {
+  for (int b = window; b < window + fixed; ++b)
+    if (bit_map[b] != b) return false;
+  return true;
 }
 
 }  // namespace qml

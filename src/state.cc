@@ -110,16 +110,46 @@ ChunkFactors chunk_factors(const Circuit& c, index_t base, int low) {
   return out;
 }
 
-// Amplitude j of the chunk times values[bit b of j], blended arithmetically so it vectorises.
-void scale_by_bit(float* __restrict re, float* __restrict im, index_t width, int b, const cdouble* values) {
-  const float r0 = static_cast<float>(values[0].real()), i0 = static_cast<float>(values[0].imag());
-  const float dr = static_cast<float>(values[1].real()) - r0, di = static_cast<float>(values[1].imag()) - i0;
+// Amplitude j of the chunk times, for each linked bit b, values_b[bit b of j]: the bits' values blended
+// arithmetically in registers (32-bit indices, so they convert to floats in one instruction) and multiplied
+// together, in one pass over the chunk for all the linked bits (`count` fixed when compiled, so it unrolls).
+template <int count>
+void scale_by_bits(float* __restrict re, float* __restrict im, int width, const int* bits, const float (*blend)[4]) {
 #pragma omp simd
-  for (index_t j = 0; j < width; ++j) {
-    const float k = static_cast<float>((j >> b) & 1);
-    const float fr = r0 + k * dr, fi = i0 + k * di, x = re[j], y = im[j];
+  for (int j = 0; j < width; ++j) {
+    float fr = 1.0f, fi = 0.0f;
+    for (int k = 0; k < count; ++k) {
+      const float on = static_cast<float>((j >> bits[k]) & 1);
+      const float vr = blend[k][0] + on * blend[k][2], vi = blend[k][1] + on * blend[k][3];
+      const float t = fr * vr - fi * vi;
+      fi = fr * vi + fi * vr, fr = t;
+    }
+    const float x = re[j], y = im[j];
     re[j] = fr * x - fi * y;
     im[j] = fr * y + fi * x;
+  }
+}
+
+// The chunk times its linked bits' values (`per_bit`), up to four bits a pass.
+void scale_by_linked_bits(float* re, float* im, int width, const Circuit& c, const cdouble* per_bit) {
+  int bits[kStartBits];
+  float blend[kStartBits][4];  // value(k) = (re0 + k dre, im0 + k dim) for the bit's setting k
+  int linked = 0;
+  for (int b = 0; b < static_cast<int>(c.start_linked.size()); ++b)
+    if (c.start_linked[b]) {
+      const cdouble v0 = per_bit[2 * b], v1 = per_bit[2 * b + 1];
+      bits[linked] = b;
+      blend[linked][0] = float(v0.real()), blend[linked][1] = float(v0.imag());
+      blend[linked][2] = float(v1.real() - v0.real()), blend[linked][3] = float(v1.imag() - v0.imag());
+      ++linked;
+    }
+  for (int k = 0; k < linked; k += 4) {
+    switch (std::min(linked - k, 4)) {
+      case 1: scale_by_bits<1>(re, im, width, bits + k, blend + k); break;
+      case 2: scale_by_bits<2>(re, im, width, bits + k, blend + k); break;
+      case 3: scale_by_bits<3>(re, im, width, bits + k, blend + k); break;
+      default: scale_by_bits<4>(re, im, width, bits + k, blend + k);
+    }
   }
 }
 
@@ -136,12 +166,11 @@ void write_start_range(Planes psi, const Circuit& c, index_t first, index_t last
     float* __restrict im = psi.im + base;
     const float sr = static_cast<float>(factors.scale.real()), si = static_cast<float>(factors.scale.imag());
 #pragma omp simd
-    for (index_t j = 0; j < width; ++j) {
+    for (int j = 0; j < width; ++j) {
       re[j] = sr * table_re[j] - si * table_im[j];
       im[j] = sr * table_im[j] + si * table_re[j];
     }
-    for (int b = 0; b < low; ++b)
-      if (c.start_linked[b]) scale_by_bit(re, im, width, b, &factors.per_bit[2 * b]);
+    scale_by_linked_bits(re, im, static_cast<int>(width), c, factors.per_bit);
   }
 }
 

@@ -388,20 +388,47 @@ def test_segments_with_windows_among_the_high_bits(tiles):
     check(circuits, symbols, values, readouts, upstream)
 
 
+def relabellings_in_tiles(circuit) -> list[bool]:
+    """For each segment of several blocks that a relabelling starts: whether the relabelling leaves the
+    segment's window alone, so that the kernel relabels tile by tile within the segment's pass."""
+    fixed = circuit.qubits - circuit.tile_bits
+    found = []
+    for s, window in enumerate(circuit.windows):
+        row = circuit.relabel[circuit.segments[s]]
+        if row >= 0 and window >= 0:
+            bit_map = circuit.bit_maps[row]
+            found.append(bool(np.all(bit_map[window : window + fixed] == np.arange(window, window + fixed))))
+    return found
+
+
+def test_relabellings_tile_by_tile(tiles_of_10_bits):
+    """Brickwork on 12 of 14 qubits in tiles of 2^10 amplitudes: relabellings that leave their segment's window
+    alone are done tile by tile (before the segment's blocks on each tile, and after them in the backward
+    sweep), another as a pass of its own; the values still equal cirq's, central differences and TFQ's, on
+    every path and on 1, 2 and 3 threads."""
+    circuits, symbols, values, readouts, upstream = brickwork_batch(14, 12, 6, 2, seed=14)
+    assert set(relabellings_in_tiles(plan_of(circuits, symbols, readouts)[0].circuit)) == {False, True}
+    check(circuits, symbols, values, readouts, upstream)
+
+
 def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
     """Random blocks (with relabellings and masked blocks among them) put into segments: every block once; a
     segment's blocks avoid its window; blocks that share a bit, or a relabelling between them, keep their
     order; a masked block keeps its place, a segment of its own; a window below TILE_BITS and blocks out of
-    order both occur, and there are fewer segments than blocks."""
+    order both occur, and there are fewer segments than blocks; a relabelling's first segment often has a
+    window that leaves the relabelled bits alone (the kernel then relabels tile by tile)."""
     from qml_ray.gradients.plan.segments import TILE_BITS, schedule
 
     rng = np.random.default_rng(0)
-    qubits, reordered, low_windows = 20, 0, 0
+    qubits, reordered, low_windows, relabelled_in_tiles = 20, 0, 0, 0
     for _ in range(50):
         placed = [tuple(rng.choice(np.arange(5, qubits), 2, replace=False)) for _ in range(30)]
         relabel = [-1 if b == 0 or rng.random() > 0.1 else 0 for b in range(30)]
         masked = list(rng.random(30) < 0.05)
-        order, segments, windows = schedule(placed, relabel, masked, qubits)
+        bit_map = np.arange(qubits)
+        highs = rng.choice(np.arange(5, qubits), 5, replace=False)
+        bit_map[:5], bit_map[highs] = highs, np.arange(5)
+        order, segments, windows = schedule(placed, relabel, masked, qubits, [bit_map])
         assert sorted(order) == list(range(30)) and len(windows) == len(segments) - 1 < 30
         position = {b: i for i, b in enumerate(order)}
         stretch = np.cumsum([r >= 0 or m for r, m in zip(relabel, masked)])
@@ -417,8 +444,10 @@ def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
                 not window <= bit < window + qubits - TILE_BITS for b in blocks for bit in placed[b] if window >= 0
             )
             low_windows += 0 <= window < TILE_BITS
+            if relabel[segments[s]] >= 0 and window >= 0:  # a relabelling keeps its place, starting its stretch
+                relabelled_in_tiles += set(range(window, window + qubits - TILE_BITS)).isdisjoint(highs)
         reordered += order != sorted(order)
-    assert reordered and low_windows
+    assert reordered and low_windows and relabelled_in_tiles
 
 
 @pytest.mark.parametrize("parts", [2, 3])

@@ -79,7 +79,9 @@ def _plan(program: bytes, symbol_names: tuple, path: str) -> Plan:
     start_factors, rest = start.split(factors, qubits)
     blocks = fusion.fuse(rest, qubits)
     placed = placement.place(blocks, qubits)
-    scheduled = segments.schedule(placed.bits, placed.relabel, [bool(b.controls) for b in blocks], qubits)
+    scheduled = segments.schedule(
+        placed.bits, placed.relabel, [bool(b.controls) for b in blocks], qubits, placed.bit_maps
+    )
     circuit = arrays.circuit(blocks, placed, scheduled, start_factors, names)
     return Plan(circuit, kernel.Circuit(circuit), {q: placed.final[i] for q, i in index.items()})
 

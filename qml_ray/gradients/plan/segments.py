@@ -27,12 +27,17 @@ class Schedule(NamedTuple):
     windows: np.ndarray  # [segments] int64: the first bit of segment s's window (-1 for a segment of one block)
 
 
-def schedule(placed: list[tuple[int, int]], relabel: list[int], masked: list[bool], qubits: int) -> Schedule:
+def schedule(
+    placed: list[tuple[int, int]], relabel: list[int], masked: list[bool], qubits: int, bit_maps: list
+) -> Schedule:
     """The blocks' new order, where each segment starts (and the end), and each segment's window (-1 for a
     segment of one block). Between two relabellings or masked blocks (a masked block is a segment of its own
     in its place) blocks that share no bit commute; each segment takes, in order, the blocks still to run
     whose bits avoid its window and that no block left behind shares a bit with, from the window that takes
-    the most. A segment of one block is a pass of its own, as is every block of a state of at most one tile."""
+    the most. The relabelling a stretch starts with (its row of `bit_maps`) counts as one more taken by its
+    first segment's window if the window leaves its bits alone: the kernel then relabels tile by tile, in
+    cache, with no pass of its own. A segment of one block is a pass of its own, as is every block of a state
+    of at most one tile."""
     blocks = len(placed)
     if qubits <= TILE_BITS:
         return Schedule(list(range(blocks)), np.arange(blocks + 1, dtype=np.int64), np.full(blocks, -1, np.int64))
@@ -41,22 +46,36 @@ def schedule(placed: list[tuple[int, int]], relabel: list[int], masked: list[boo
     order, starts, chosen = [], [], []
     for first, end in zip([0, *ends[:-1]], ends):
         pending = list(range(first, end))
+        moved = _moved(bit_maps[relabel[first]]) if relabel[first] >= 0 else set()
         while pending:
-            window, taken = max(((w, _segment(pending, placed, w, qubits)) for w in windows), key=lambda wt: len(wt[1]))
+            window, taken = max(
+                ((w, _segment(pending, placed, w, qubits)) for w in windows),
+                key=lambda wt: len(wt[1]) + (bool(moved) and not moved & _window_bits(wt[0], qubits)),
+            )
             if len(taken) < 2:
                 window, taken = -1, pending[:1]
             starts.append(len(order))
             chosen.append(window)
             order += taken
+            moved = set()  # the stretch's later segments come after its relabelling
             done = set(taken)
             pending = [b for b in pending if b not in done]
     return Schedule(order, np.array([*starts, blocks], np.int64), np.array(chosen, np.int64))
 
 
+def _moved(bit_map) -> set[int]:
+    """The bits a relabelling moves."""
+    return {bit for bit, to in enumerate(bit_map) if to != bit}
+
+
+def _window_bits(window: int, qubits: int) -> set[int]:
+    return set(range(window, window + qubits - TILE_BITS))
+
+
 def _segment(pending: list[int], placed: list[tuple[int, int]], window: int, qubits: int) -> list[int]:
     """The blocks of `pending` (in order) that one segment with this window can run: those whose bits avoid
     the window's, and share none with a block of `pending` left behind before them."""
-    fixed = set(range(window, window + qubits - TILE_BITS))
+    fixed = _window_bits(window, qubits)
     behind, taken = set(), []
     for b in pending:
         bits = set(placed[b])
