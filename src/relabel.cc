@@ -19,23 +19,36 @@ index_t without_bits(index_t value, const std::vector<int>& bits) {
   return value;
 }
 
+// A relabelling's pairs of bits, lows[k] swapped with highs[k] (at most kParkedBits), and what every range of
+// its passes needs, computed once: the moved bits in order, and where each setting of the lows and of the
+// highs puts an amplitude.
+struct Swaps {
+  std::vector<int> lows, highs, moved;
+  index_t at_low[1 << kParkedBits], at_high[1 << kParkedBits];
+  Swaps(const int64_t* bit_map, int qubits) {
+    for (int q = 0; q < qubits; ++q)
+      if (bit_map[q] > q) lows.push_back(q), highs.push_back(static_cast<int>(bit_map[q]));
+    moved = lows;
+    moved.insert(moved.end(), highs.begin(), highs.end());
+    std::sort(moved.begin(), moved.end());
+    for (int t = 0; t < 1 << lows.size(); ++t) at_low[t] = deposit(t, lows), at_high[t] = deposit(t, highs);
+  }
+  int count_bits() const { return static_cast<int>(lows.size()); }
+};
+
 // Swaps `count_bits` low bits with as many high bits on one plane, for the settings first..last of the
 // other bits: the amplitude with low bits u, high bits t trades places with the one with low bits t, high
 // bits u (a count x count transpose through a tile, so each cache line is read once and written once). The
 // count is fixed when compiled so the swaps unroll; `lowest`: the low bits are bits 0..count_bits - 1, so part
 // u sits at offset u.
 template <int count_bits, bool lowest>
-void swap_parts(float* values, const std::vector<int>& lows, const std::vector<int>& highs, index_t first,
-                index_t last) {
+void swap_parts(float* values, const Swaps& swaps, index_t first, index_t last) {
   constexpr int count = 1 << count_bits;
-  index_t at_low[count], at_high[count];
-  for (int t = 0; t < count; ++t) at_low[t] = deposit(t, lows), at_high[t] = deposit(t, highs);
-  std::vector<int> moved(lows);
-  moved.insert(moved.end(), highs.begin(), highs.end());
-  std::sort(moved.begin(), moved.end());
+  const index_t* at_low = swaps.at_low;
+  const index_t* at_high = swaps.at_high;
   alignas(64) float tile[count][count];
   for (index_t rest = first; rest < last; ++rest) {
-    const index_t base = without_bits(rest, moved);
+    const index_t base = without_bits(rest, swaps.moved);
     for (int t = 0; t < count; ++t) {
       const float* line = values + base + at_high[t];
       for (int u = 0; u < count; ++u) tile[u][t] = line[lowest ? u : at_low[u]];
@@ -82,16 +95,11 @@ inline void store(float* const rows[8], const Row8 r[8]) {
 // (row t at base + at_high[t], its columns consecutive) transposed in place by 8x8 blocks through registers,
 // block (x, y) swapped with block (y, x).
 template <int count_bits>
-void swap_rows(float* values, const std::vector<int>& lows, const std::vector<int>& highs, index_t first,
-               index_t last) {
+void swap_rows(float* values, const Swaps& swaps, index_t first, index_t last) {
   constexpr int count = 1 << count_bits;
-  index_t at_high[count];
-  for (int t = 0; t < count; ++t) at_high[t] = deposit(t, highs);
-  std::vector<int> moved(lows);
-  moved.insert(moved.end(), highs.begin(), highs.end());
-  std::sort(moved.begin(), moved.end());
+  const index_t* at_high = swaps.at_high;
   for (index_t rest = first; rest < last; ++rest) {
-    float* const base = values + without_bits(rest, moved);
+    float* const base = values + without_bits(rest, swaps.moved);
     for (int x = 0; x < count; x += 8)
       for (int y = x; y < count; y += 8) {
         float *at_xy[8], *at_yx[8];
@@ -110,35 +118,24 @@ void swap_rows(float* values, const std::vector<int>& lows, const std::vector<in
 }
 
 template <int count_bits>
-void swap_parts(float* values, const std::vector<int>& lows, const std::vector<int>& highs, index_t first,
-                index_t last) {
+void swap_parts(float* values, const Swaps& swaps, index_t first, index_t last) {
+  const bool lowest = swaps.lows.back() == count_bits - 1;
   if constexpr (count_bits >= 3)
-    if (lows.back() == count_bits - 1) return swap_rows<count_bits>(values, lows, highs, first, last);
-  if (lows.back() == count_bits - 1) return swap_parts<count_bits, true>(values, lows, highs, first, last);
-  swap_parts<count_bits, false>(values, lows, highs, first, last);
-}
-void relabel_range(float* values, const std::vector<int>& lows, const std::vector<int>& highs, index_t first,
-                   index_t last) {
-  switch (lows.size()) {
-    case 5: return swap_parts<5>(values, lows, highs, first, last);
-    case 4: return swap_parts<4>(values, lows, highs, first, last);
-    case 3: return swap_parts<3>(values, lows, highs, first, last);
-    case 2: return swap_parts<2>(values, lows, highs, first, last);
-    default: return swap_parts<1>(values, lows, highs, first, last);
-  }
+    if (lowest) return swap_rows<count_bits>(values, swaps, first, last);
+  if (lowest) return swap_parts<count_bits, true>(values, swaps, first, last);
+  swap_parts<count_bits, false>(values, swaps, first, last);
 }
 
-// The pairs of bits a relabelling swaps: lows[k] with highs[k].
-struct Swaps {
-  std::vector<int> lows, highs;
-  Swaps(const int64_t* bit_map, int qubits) {
-    for (int q = 0; q < qubits; ++q)
-      if (bit_map[q] > q) lows.push_back(q), highs.push_back(static_cast<int>(bit_map[q]));
-  }
-  void run(Planes state, index_t first, index_t last) const {
-    for (float* plane : {state.re, state.im}) relabel_range(plane, lows, highs, first, last);
-  }
-};
+// The relabelling on both planes, for the settings first..last of the other bits.
+void relabel_range(Planes state, const Swaps& swaps, index_t first, index_t last) {
+  for (float* plane : {state.re, state.im}) switch (swaps.count_bits()) {
+      case 5: swap_parts<5>(plane, swaps, first, last); break;
+      case 4: swap_parts<4>(plane, swaps, first, last); break;
+      case 3: swap_parts<3>(plane, swaps, first, last); break;
+      case 2: swap_parts<2>(plane, swaps, first, last); break;
+      default: swap_parts<1>(plane, swaps, first, last);
+    }
+}
 
 }  // namespace
 
@@ -147,7 +144,7 @@ void relabel_bits(Planes state, const int64_t* bit_map, int qubits, int parts) {
   if (swaps.lows.empty()) return;
   const index_t rests = state.size >> (2 * swaps.lows.size());
   in_parts(parts, [&](int part) {
-    swaps.run(state, share(part, parts, rests, 0), share(part + 1, parts, rests, 0));
+    relabel_range(state, swaps, share(part, parts, rests, 0), share(part + 1, parts, rests, 0));
   });
 }
 
@@ -161,7 +158,7 @@ void relabel_tile(Planes state, const int64_t* bit_map, int qubits, int window, 
   const int others = qubits - 2 * static_cast<int>(swaps.lows.size());
   for (index_t high = 0; high < index_t(1) << (others - w - fixed); ++high) {
     const index_t first = (high << (w + fixed)) | (tile << w);
-    swaps.run(state, first, first + (index_t(1) << w));
+    relabel_range(state, swaps, first, first + (index_t(1) << w));
   }
 }
 
