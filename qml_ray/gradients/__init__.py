@@ -215,9 +215,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         """run(row, inputs, parts) for each circuit of the batch on the pool, as many side by side as
         `slots` gives threads to, each circuit of SHARED_FROM_QUBITS or more cut into its slot's parts."""
         names = self._names(symbol_names)
-        inputs = list(
-            self.pool().map(lambda row: kernel_inputs(programs[row], names, pauli_sums[row]), range(len(programs)))
-        )
+        inputs = list(self._map(lambda row: kernel_inputs(programs[row], names, pauli_sums[row]), range(len(programs))))
         if not inputs:
             return
         slots = queue.SimpleQueue()
@@ -233,7 +231,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
             finally:
                 slots.put(parts)
 
-        list(self.pool().map(one, range(len(inputs))))
+        list(self._map(one, range(len(inputs))))
 
     def slots(self, circuits: int, qubits: int) -> list[int]:
         """The threads of each circuit a batch of `circuits` circuits of up to `qubits` qubits runs at once:
@@ -246,6 +244,11 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
     @staticmethod
     def _names(symbol_names) -> tuple:
         return tuple(name.decode() for name in symbol_names)
+
+    def _map(self, fn, rows):
+        """fn over the rows on the pool's threads; on one thread, in this one (no hand-over: 0.26 ms a 20-qubit
+        circuit)."""
+        return map(fn, rows) if self.threads == 1 else self.pool().map(fn, rows)
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:

@@ -17,7 +17,10 @@ The plan is a pipeline of stages, each a module to read on its own, in this orde
 Beside them, `readouts`: a circuit's Pauli sums as the arrays of `Readouts` (`kernel.Readouts`).
 """
 
+import collections
 import functools
+import hashlib
+import threading
 from dataclasses import dataclass
 
 from tensorflow_quantum.core.proto import program_pb2
@@ -61,10 +64,28 @@ def canonical_plan(program: bytes, symbol_names: tuple) -> Plan:
     return _plan(program, symbol_names, kernel.PATH)
 
 
+CANONICAL_FORMS = 8192  # programs whose canonical form is kept (by digest), as many as plans
+
+
 def canonical(program: bytes) -> bytes:
     """A serialized program as the same program always serializes: TFQ's ops serialize argument maps in
-    varying order."""
-    return program_pb2.Program.FromString(program).SerializeToString(deterministic=True)
+    varying order. Kept by the program's digest (parsing a 20-qubit program and serializing it again takes a
+    third of a millisecond, its digest a twentieth)."""
+    digest = hashlib.blake2b(program, digest_size=16).digest()
+    with _canonical_lock:
+        if digest in _canonical_forms:
+            _canonical_forms.move_to_end(digest)
+            return _canonical_forms[digest]
+    form = program_pb2.Program.FromString(program).SerializeToString(deterministic=True)
+    with _canonical_lock:
+        _canonical_forms[digest] = form
+        if len(_canonical_forms) > CANONICAL_FORMS:
+            _canonical_forms.popitem(last=False)
+    return form
+
+
+_canonical_forms: collections.OrderedDict = collections.OrderedDict()  # digest -> canonical form, oldest first
+_canonical_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=8192)
