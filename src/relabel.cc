@@ -1,6 +1,8 @@
 #include "relabel.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace qml {
@@ -60,59 +62,90 @@ void swap_parts(float* values, const Swaps& swaps, index_t first, index_t last) 
   }
 }
 
-// Eight rows of eight floats, as one vector each (one AVX register; two SSE registers on the portable path).
-using Row8 = float __attribute__((vector_size(32)));
+// A row of W floats as one vector: 8 (one AVX register; two SSE registers on the portable path), or 16 (one
+// AVX-512 register).
+typedef float Row8 __attribute__((vector_size(32)));
+typedef float Row16 __attribute__((vector_size(64)));
+template <int W>
+struct RowOf;
+template <>
+struct RowOf<8> {
+  using type = Row8;
+};
+template <>
+struct RowOf<16> {
+  using type = Row16;
+};
+template <int W>
+using Row = typename RowOf<W>::type;
 
-// r <- its transpose, in three rounds of shuffles (pairs of rows, then fours, then halves).
-inline void transpose8(Row8 r[8]) {
-  Row8 a[8], b[8];
-  for (int k = 0; k < 8; k += 2) {
-    a[k] = __builtin_shufflevector(r[k], r[k + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    a[k + 1] = __builtin_shufflevector(r[k], r[k + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int k = 0; k < 8; k += 4)
-    for (int h = 0; h < 2; ++h) {
-      b[k + 2 * h] = __builtin_shufflevector(a[k + h], a[k + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      b[k + 2 * h + 1] = __builtin_shufflevector(a[k + h], a[k + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+#ifdef __AVX512F__
+constexpr int kRowFloats = 16;  // 16x16 blocks: a third fewer shuffles per float than 8x8 ones
+#else
+constexpr int kRowFloats = 8;
+#endif
+
+// Rows i and i + g (bit g of i clear) with their off-diagonal g x g blocks swapped: row i takes row i + g's
+// columns j - g at its columns j with bit g set, and row i + g row i's columns j + g at those with it clear.
+template <int W, int g, bool second, size_t... j>
+inline Row<W> swapped(Row<W> a, Row<W> b, std::index_sequence<j...>) {
+  return __builtin_shufflevector(a, b, (second ? ((j & g) ? W + j : j + g) : ((j & g) ? W + j - g : j))...);
+}
+
+template <int W, int g>
+inline void swap_blocks(Row<W> r[W]) {
+  for (int i = 0; i < W; ++i)
+    if (!(i & g)) {
+      const Row<W> a = r[i], b = r[i + g];
+      r[i] = swapped<W, g, false>(a, b, std::make_index_sequence<W>{});
+      r[i + g] = swapped<W, g, true>(a, b, std::make_index_sequence<W>{});
     }
-  for (int k = 0; k < 4; ++k) {
-    r[k] = __builtin_shufflevector(b[k], b[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    r[k + 4] = __builtin_shufflevector(b[k], b[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-  }
 }
 
-// The 8x8 block of rows `rows` (each a pointer to 8 floats) read, transposed.
-inline void load_transposed(float* const rows[8], Row8 r[8]) {
-  for (int k = 0; k < 8; ++k) __builtin_memcpy(&r[k], rows[k], sizeof(Row8));
-  transpose8(r);
+// r <- its transpose: the off-diagonal blocks swapped at every scale (halves, quarters, ...), a shuffle a row
+// each.
+template <int W>
+inline void transpose(Row<W> r[W]) {
+  if constexpr (W == 16) swap_blocks<W, 8>(r);
+  swap_blocks<W, 4>(r);
+  swap_blocks<W, 2>(r);
+  swap_blocks<W, 1>(r);
 }
 
-inline void store(float* const rows[8], const Row8 r[8]) {
-  for (int k = 0; k < 8; ++k) __builtin_memcpy(rows[k], &r[k], sizeof(Row8));
+// The W x W block of rows `rows` (each a pointer to W floats) read, transposed.
+template <int W>
+inline void load_transposed(float* const rows[W], Row<W> r[W]) {
+  for (int k = 0; k < W; ++k) __builtin_memcpy(&r[k], rows[k], sizeof(Row<W>));
+  transpose<W>(r);
+}
+
+template <int W>
+inline void store(float* const rows[W], const Row<W> r[W]) {
+  for (int k = 0; k < W; ++k) __builtin_memcpy(rows[k], &r[k], sizeof(Row<W>));
 }
 
 // swap_parts when the low bits are bits 0..count_bits - 1 (count_bits >= 3): each rest's count x count tile
-// (row t at base + at_high[t], its columns consecutive) transposed in place by 8x8 blocks through registers,
-// block (x, y) swapped with block (y, x).
+// (row t at base + at_high[t], its columns consecutive) transposed in place by W x W blocks through
+// registers, block (x, y) swapped with block (y, x).
 template <int count_bits>
 void swap_rows(float* values, const Swaps& swaps, index_t first, index_t last) {
-  constexpr int count = 1 << count_bits;
+  constexpr int count = 1 << count_bits, W = count < kRowFloats ? count : kRowFloats;
   const index_t* at_high = swaps.at_high;
   for (index_t rest = first; rest < last; ++rest) {
     float* const base = values + without_bits(rest, swaps.moved);
-    for (int x = 0; x < count; x += 8)
-      for (int y = x; y < count; y += 8) {
-        float *at_xy[8], *at_yx[8];
-        for (int k = 0; k < 8; ++k) at_xy[k] = base + at_high[x + k] + y, at_yx[k] = base + at_high[y + k] + x;
-        Row8 xy[8], yx[8];
-        load_transposed(at_xy, xy);
+    for (int x = 0; x < count; x += W)
+      for (int y = x; y < count; y += W) {
+        float *at_xy[W], *at_yx[W];
+        for (int k = 0; k < W; ++k) at_xy[k] = base + at_high[x + k] + y, at_yx[k] = base + at_high[y + k] + x;
+        Row<W> xy[W], yx[W];
+        load_transposed<W>(at_xy, xy);
         if (x == y) {
-          store(at_xy, xy);
+          store<W>(at_xy, xy);
           continue;
         }
-        load_transposed(at_yx, yx);
-        store(at_yx, xy);
-        store(at_xy, yx);
+        load_transposed<W>(at_yx, yx);
+        store<W>(at_yx, xy);
+        store<W>(at_xy, yx);
       }
   }
 }
