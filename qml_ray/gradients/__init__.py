@@ -46,8 +46,8 @@ def sharing_threads() -> int:
 
 
 class Inputs(NamedTuple):
-    """One circuit as the kernel takes it: its program as it always serializes (`canonical`, parsed once a
-    call: a third of a millisecond at 20 qubits), its plan's circuit, and its readouts."""
+    """One circuit as the kernel takes it: its program as it always serializes (`canonical`, looked up once a
+    call and kept for the kept state's key), its plan's circuit, and its readouts."""
 
     program: bytes
     circuit: kernel.Circuit
