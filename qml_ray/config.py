@@ -6,6 +6,7 @@ UsageError line naming the key.
 
 import re
 import reprlib
+import sys
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,9 +31,6 @@ IN_FLIGHT_STATES = 2  # the block method's state and co-state of each circuit it
 # many circuits at once as fit it (docs/kernel-notes.md#threads); QML_RAY_STATE_MEMORY_GIB overrides it.
 STATE_MEMORY_SHARE = 0.75
 AMPLITUDE_BYTES = 8
-# The block method's forward keeps more final states than one per thread while they fit this many
-# bytes per thread: a step's batch then needs no circuit simulated again (docs/kernel-notes.md#threads).
-KEPT_BYTES_PER_THREAD = 256 * 2**20
 REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own wait for lost workers' replacements (capacity_timeout 0)
 
 
@@ -276,10 +274,10 @@ def parse_model(spec: str, key: str = "model") -> tuple[str, str]:
     return module, function
 
 
-def state_bytes(qubits: int, threads: int, memory: int | None = None) -> int:
-    """Memory the state vectors of a process simulating on `threads` threads take, with `memory` bytes for
-    them (None: no bound): IN_FLIGHT_STATES for each circuit it runs at once (`circuits_at_once`) and the
-    final states it keeps (`kept_states`). Never more than `memory` once one circuit fits it."""
+def state_bytes(qubits: int, threads: int, memory: int) -> int:
+    """Memory the state vectors of a process simulating on `threads` threads take at most, with `memory` bytes
+    for them: IN_FLIGHT_STATES for each circuit it runs at once (`circuits_at_once`) and the final states it
+    keeps (`kept_states`). Never more than `memory` once one circuit fits it."""
     one = AMPLITUDE_BYTES * 2**qubits
     return (IN_FLIGHT_STATES * circuits_at_once(one, threads, memory) + kept_states(threads, one, memory)) * one
 
@@ -294,14 +292,12 @@ def circuits_at_once(one_state_bytes: int, threads: int, memory: int | None = No
 
 
 def kept_states(threads: int, one_state_bytes: int, memory: int | None = None) -> int:
-    """How many final states a process simulating on `threads` threads keeps for its gradients: one per
-    circuit it runs at once, or as many as fit KEPT_BYTES_PER_THREAD per thread; with `memory` bytes for its
-    states, no more than what its circuits in flight leave (none, when they take it all)."""
-    at_once = circuits_at_once(one_state_bytes, threads, memory)
-    wanted = max(at_once, threads * (KEPT_BYTES_PER_THREAD // one_state_bytes))
+    """How many final states a process simulating on `threads` threads keeps for its gradients: as many as
+    `memory` bytes leave beside its circuits in flight (none, when they take it all), so that a training step's
+    batch needs no circuit simulated again; with no bound (None), every one."""
     if memory is None:
-        return wanted
-    return max(0, min(wanted, memory // one_state_bytes - IN_FLIGHT_STATES * at_once))
+        return sys.maxsize
+    return max(0, memory // one_state_bytes - IN_FLIGHT_STATES * circuits_at_once(one_state_bytes, threads, memory))
 
 
 def worker_state_memory(memory: int, cpus: float, threads: int) -> int:

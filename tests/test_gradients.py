@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import itertools
 import random
+import sys
 import threading
 
 import cirq
@@ -17,7 +18,7 @@ import tensorflow as tf
 import tensorflow_quantum as tfq
 
 from qml_ray import config, kernel
-from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, sharing_threads
+from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, process_final_states, sharing_threads
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -88,14 +89,15 @@ def directional_differences(circuits, symbols, values, readouts, upstream, direc
 THREADS = (1, 2, 3)
 
 
-def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, threads=THREADS) -> dict:
+def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, threads=THREADS, memory=None) -> dict:
     """Block expectations equal cirq's and TFQ's within 1e-5; block gradients equal TFQ's Adjoint, component
     by component, within `tfq_tolerance` (TFQ's own float32 gradient strays further on some gate mixes), and
     cirq's central differences within 1e-4 along random directions (a wrong component shows in every direction
     but those orthogonal to it: none, almost surely; two simulations per direction where one per symbol would
     take 2 per symbol). The references once; the block method on every SIMD path this CPU runs, each on each
-    of `threads` threads (a batch one circuit per thread, or one circuit's passes shared between them).
-    Returns the block method's expectations and gradient for each (path, threads)."""
+    of `threads` threads (a batch one circuit per thread, or one circuit's passes shared between them), with
+    `memory` bytes for its states (None: the default). Returns the block method's expectations and gradient
+    for each (path, threads)."""
     tfq_forward, adjoint = forward_and_gradient(
         tfq.differentiators.Adjoint(), circuits, symbols, values, readouts, upstream
     )
@@ -108,7 +110,7 @@ def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, thr
     for path, n in itertools.product(kernel.supported_paths(), threads):
         with kernel_on(path):
             found[path, n] = block_forward, block = forward_and_gradient(
-                BlockAdjoint(threads=n), circuits, symbols, values, readouts, upstream
+                BlockAdjoint(threads=n, memory=memory), circuits, symbols, values, readouts, upstream
             )
         where = f"the {path} path on {n} thread(s)"
         np.testing.assert_allclose(block_forward, exact, atol=1e-5, err_msg=where)
@@ -144,12 +146,12 @@ def test_qcnn_gradients(qubits, layers):
     check(circuits, symbols, values, readouts, upstream)
 
 
-@pytest.mark.parametrize("kept_bytes", [0, config.KEPT_BYTES_PER_THREAD])
-def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, kept_bytes):
-    """A batch of 3 circuits on one thread: the gradient sweeps back from the forward's final states
-    of all three (they fit the kept bytes), or with no bytes to spare from the last one's only,
-    simulating the other two again: the same values either way, cirq's, central differences' and TFQ's."""
-    monkeypatch.setattr(config, "KEPT_BYTES_PER_THREAD", kept_bytes)
+@pytest.mark.parametrize("states, kept", [(5, 3), (3, 1)])
+def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, states, kept):
+    """A batch of 3 circuits on one thread with memory for `states` of their states: the forward keeps the final
+    states the memory leaves beside a circuit in flight (2 states), all three or the last one's only, and the
+    gradient sweeps back from those, simulating the others again: the same values either way, cirq's, central
+    differences' and TFQ's."""
     rng = np.random.default_rng(9)
     register = qubits_for(9)
     model, readout_qubits = qcnn_circuit(register, 1)
@@ -158,15 +160,54 @@ def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, kept_byte
     values = rng.uniform(-2, 2, size=(3, len(symbols)))
     readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
     upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
-    check(circuits, symbols, values, readouts, upstream, threads=(1,))
+    memory = states * config.AMPLITUDE_BYTES * 2**9
+    final_states, from_kept = process_final_states(1, memory), []
+    take = final_states.take
+
+    def counted(key):
+        state = take(key)
+        from_kept.append(state.size > 0)
+        return state
+
+    monkeypatch.setattr(final_states, "take", counted)
+    check(circuits, symbols, values, readouts, upstream, threads=(1,), memory=memory)
+    assert from_kept == ([False] * (3 - kept) + [True] * kept) * len(kernel.supported_paths())
 
 
-def test_final_states_are_kept_within_their_bytes():
-    """At least one final state per thread is kept, more while they fit KEPT_BYTES_PER_THREAD per thread;
-    the oldest go first."""
-    assert config.KEPT_BYTES_PER_THREAD == 256 * 2**20
-    states = FinalStates(threads=2)
-    for qubits, kept in ((23, 8), (30, 2)):  # 64 MiB a state: 4 per thread; 8 GiB: one per thread
+def test_only_a_forward_a_gradient_may_follow_keeps_its_states():
+    """The forward op keeps its final states where a gradient tape watches its symbol values (a training step),
+    run eagerly or traced with its tape in a tf.function (as Keras traces a step); not without a tape
+    (inference, validation) nor in one that watches other tensors."""
+    circuits, symbols, values, readouts, _ = ladder_batch(8, 3, seed=5)
+    adjoint = BlockAdjoint(threads=1)
+    op = adjoint.generate_differentiable_op(analytic_op=tfq.get_expectation_op())
+    inputs = (
+        tfq.convert_to_tensor(circuits),
+        tf.constant([str(s) for s in symbols]),
+        tf.constant(values, tf.float32),
+        tfq.convert_to_tensor(readouts),
+    )
+
+    def forward(tape: bool, watched: bool) -> tf.Tensor:
+        with tf.GradientTape() if tape else contextlib.nullcontext() as recording:
+            if watched:
+                recording.watch(inputs[2])
+            return op(*inputs)
+
+    def kept_by(run, tape: bool, watched: bool) -> int:
+        adjoint._states.clear()
+        run(tape, watched)
+        return len(adjoint._states._states)
+
+    for run in (forward, tf.function(forward)):
+        assert [kept_by(run, True, True), kept_by(run, True, False), kept_by(run, False, False)] == [3, 0, 0]
+
+
+def test_final_states_are_kept_while_the_memory_holds_them():
+    """Final states are kept while they fit the memory beside the circuits in flight (2 states each, one per
+    thread while each fits with its kept state); the oldest go first."""
+    states = FinalStates(threads=2, memory=16 * config.AMPLITUDE_BYTES * 2**23)
+    for qubits, kept in ((23, 12), (25, 2)):  # 16 states of 23 qubits: 2 circuits in flight; 4 of 25: one
         state = np.empty((2, 2**qubits), np.float32)  # pages never touched: no memory taken
         for key in range(kept + 3):
             states.keep(key, state)
@@ -175,18 +216,17 @@ def test_final_states_are_kept_within_their_bytes():
 
 def test_the_memory_rule_of_a_16_vcpu_64_gib_node():
     """A worker of 15 CPUs on a 16-vCPU, 64 GiB node gives its states 0.75 x 60 GiB: 23 qubits (64 MiB a
-    state) one circuit per thread and 4 kept states per thread; 28 qubits (2 GiB) 7 circuits at once and 7
-    kept states; 30 qubits (8 GiB) one circuit and its kept state; with no bound, 2 states per thread and the
-    kept ones, as before."""
+    state) one circuit per thread and 690 kept states; 28 qubits (2 GiB) 7 circuits at once and 8 kept states;
+    30 qubits (8 GiB) one circuit and 3 kept states; with no bound, every state is kept."""
     gib = 2**30
     memory = config.worker_state_memory(64 * gib, 16, 15)
     assert memory == 45 * gib
-    for qubits, at_once, kept in ((23, 15, 60), (28, 7, 7), (30, 1, 1)):
+    for qubits, at_once, kept in ((23, 15, 690), (28, 7, 8), (30, 1, 3)):
         one = config.AMPLITUDE_BYTES * 2**qubits
         assert (config.circuits_at_once(one, 15, memory), config.kept_states(15, one, memory)) == (at_once, kept)
         assert config.state_bytes(qubits, 15, memory) == (2 * at_once + kept) * one <= memory
     assert config.kept_states(15, 8 * 2**32, 15 * gib) == 0  # 32 qubits: one circuit, nothing kept
-    assert config.state_bytes(23, 2) == (2 * 2 + 8) * 64 * 2**20
+    assert config.kept_states(2, 8 * 2**23) == sys.maxsize
 
 
 def test_one_circuit_shared_between_threads():

@@ -25,6 +25,7 @@ from qml_ray import contract, data, kernel
 from qml_ray.bench import peers
 from qml_ray.config import Config, kept_states
 from qml_ray.gradients import BlockAdjoint
+from qml_ray.gradients.memory import state_memory
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -107,7 +108,7 @@ def probe(qubits: int, circuits: int, threads: int, with_peers: bool, family: st
             result[f"{name}_forward_gradient_seconds"] - result[f"{name}_forward_seconds"]
         ) / result[f"{name}_forward_seconds"]
     result["speedup"] = result["tfq_forward_gradient_seconds"] / result["block_forward_gradient_seconds"]
-    kept = min(circuits, kept_states(threads, state_bytes)) / circuits
+    kept = min(circuits, kept_states(threads, state_bytes, state_memory(threads))) / circuits
     result.update(memory_traffic(whole, result, state_bytes, kept))
     if qubits >= ROOFLINE_FROM_QUBITS:
         result["roofline"] = roofline(threads)
@@ -367,7 +368,7 @@ def against_peers(whole: dict, threads: int, min_seconds: float) -> dict:
     expected_gradient = block.gradient(*inputs, sums, ones)
     found = {
         "block": {
-            "forward_seconds": timer(lambda: block.expectations(*inputs, sums)) / len(sums),
+            "forward_seconds": timer(lambda: block.expectations(*inputs, sums, keep_states=False)) / len(sums),
             "gradient_seconds": timer(lambda: block.gradient(*inputs, sums, ones)) / len(sums),
         }
     }

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 import tensorflow_quantum as tfq
+from tensorflow.python.eager import record
 from tensorflow_quantum.python.differentiators import differentiator
 
 from qml_ray import kernel
@@ -65,16 +66,16 @@ NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes 
 
 
 class FinalStates:
-    """The final states of the latest forward passes (LRU), as many as `config.kept_states` allows on
-    `threads` threads with `memory` bytes for the states (None: no bound), each taken once by the gradient of
-    the same circuit at the same values: in a training step the gradient follows its forward, and its sweep
-    then starts from the state instead of simulating the circuit again (one of the about 4 forwards' worth of
-    work a circuit's forward + gradient costs). A worker holds the kept states, and a state and co-state for
-    each circuit it runs at once (the kept state it took among them). Every `BlockAdjoint` of a process (one per
-    layer) keeps its states in the same `process_final_states`, so that they hold the process's memory
-    together, each state tagged with the differentiator that kept it; and each circuit it runs reserves its
-    2 states here while it runs (`in_flight`), so that circuits of several differentiators at once wait
-    rather than overflow the memory, the oldest kept states giving way to them."""
+    """The final states of the latest forward passes that a gradient may follow (LRU), as many as
+    `config.kept_states` allows on `threads` threads with `memory` bytes for the states (None: no bound), each
+    taken once by the gradient of the same circuit at the same values: in a training step the gradient follows
+    its forward, and its sweep then starts from the state instead of simulating the circuit again (one of the
+    about 4 forwards' worth of work a circuit's forward + gradient costs). A worker holds the kept states, and
+    a state and co-state for each circuit it runs at once (the kept state it took among them). Every
+    `BlockAdjoint` of a process (one per layer) keeps its states in the same `process_final_states`, so that
+    they hold the process's memory together, each state tagged with the differentiator that kept it; and each
+    circuit it runs reserves its 2 states here while it runs (`in_flight`), so that circuits of several
+    differentiators at once wait rather than overflow the memory, the oldest kept states giving way to them."""
 
     def __init__(self, threads: int, memory: int | None = None):
         self.threads, self.memory = threads, memory
@@ -151,8 +152,11 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         return super().generate_differentiable_op(analytic_op=self.expectation_op_of_blocks)
 
     def expectation_op_of_blocks(self, programs, symbol_names, symbol_values, pauli_sums):
+        """The forward op; it keeps its final states only where a gradient tape watches `symbol_values` (a
+        training step's, not inference's or validation's), decided when the op is traced."""
+        keep_states = record.should_record_backprop([symbol_values])
         expectations = tf.numpy_function(
-            self.expectations,
+            functools.partial(self.expectations, keep_states=keep_states),
             [programs, symbol_names, symbol_values, pauli_sums],
             tf.float32,
             stateful=False,
@@ -180,14 +184,16 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
     ):
         raise NotImplementedError("BlockAdjoint differentiates analytic expectations only")
 
-    def expectations(self, programs, symbol_names, symbol_values, pauli_sums) -> np.ndarray:
-        """<psi|O|psi> of each circuit's readouts, as numpy arrays (batch-major)."""
+    def expectations(self, programs, symbol_names, symbol_values, pauli_sums, keep_states=True) -> np.ndarray:
+        """<psi|O|psi> of each circuit's readouts, as numpy arrays (batch-major); `keep_states` for the gradient
+        (a new state not kept also lands in the buffer the last one left, still in cache)."""
         values = symbol_values.astype(np.float64)
         out = np.zeros(pauli_sums.shape, np.float64)
 
         def one(row, inputs, parts) -> None:
             state = kernel.circuit_expectations(inputs.circuit, values[row], inputs.readouts, out[row], parts)
-            self._states.keep(self._key(inputs.program, symbol_names, values[row]), state, id(self))
+            if keep_states:
+                self._states.keep(self._key(inputs.program, symbol_names, values[row]), state, id(self))
 
         self._each(one, programs, symbol_names, pauli_sums)
         return out.astype(np.float32)
