@@ -240,6 +240,12 @@ def placeable_workers(cpus_per_worker: int) -> int:
     return sum(int(node["Resources"].get("CPU", 0) // cpus_per_worker) for node in ray.nodes() if node["Alive"])
 
 
+# While the cluster grows: how often its capacity is asked again (one GCS call), and how often the
+# unchanged count is said again. A node that joins is used within a second, not up to 10 s later.
+CAPACITY_POLL_SECONDS = 1.0
+CAPACITY_SAY_SECONDS = 10.0
+
+
 def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout: float = 0) -> int:
     """Make sure the cluster can place `count` processes of `cpus_each` CPUs: ask the autoscaler
     (if any) for them, wait up to `timeout` seconds, then fail with a UsageError rather than hang.
@@ -254,9 +260,12 @@ def require_capacity(count: int, cpus_each: int, what: str, remedy: str, timeout
         atexit.register(withdraw_capacity_request)
         interrupts.on_interrupt(withdraw_capacity_request)
         deadline = time.monotonic() + timeout
-        while fits < count and time.monotonic() < deadline:
-            print(f"waiting for the cluster to grow: {fits} of {count} {what} placeable", flush=True)
-            time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
+        said, said_at = None, 0.0
+        while fits < count and (now := time.monotonic()) < deadline:
+            if fits != said or now - said_at >= CAPACITY_SAY_SECONDS:
+                print(f"waiting for the cluster to grow: {fits} of {count} {what} placeable", flush=True)
+                said, said_at = fits, now
+            time.sleep(min(CAPACITY_POLL_SECONDS, max(0.0, deadline - now)))
             fits = placeable_workers(cpus_each)
     if fits < count:
         total = int(ray.cluster_resources().get("CPU", 0))
