@@ -172,3 +172,32 @@ def test_an_elastic_runs_timeline_from_its_console_lines():
         "training_again_after_loss": 12.0,
         "training_again_after_replacement": 18.0,
     }
+
+
+def test_side_by_side_in_rounds():
+    """Every contender timed once a round after one untimed call, medians per circuit; the block against qsim
+    (values agreeing) and one circuit on 1 thread against 2, the ratios from those medians."""
+    from qml_ray.bench import side_by_side
+
+    calls = []
+    found = side_by_side.in_rounds({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3, 2)
+    assert calls == ["a", "b"] * 4 and set(found) == {"a", "b"} and all(seconds > 0 for seconds in found.values())
+    require(not peers.missing(), f"the peers extra is not installed ({peers.INSTALL})")
+    qsim = side_by_side.against_qsim(6, 2, 2)
+    size = qsim["qsim_fused_gate_size"]
+    assert set(qsim["seconds"]) == {"forward", "forward_gradient"} | {f"qsim_{s}" for s in peers.QSIM_FUSED_SIZES}
+    assert qsim["seconds"][f"qsim_{size}"] == min(qsim["seconds"][f"qsim_{s}"] for s in peers.QSIM_FUSED_SIZES)
+    assert qsim["forward_to_qsim"] == pytest.approx(qsim["seconds"]["forward"] / qsim["seconds"][f"qsim_{size}"])
+    threads = side_by_side.on_two_threads(16, 1)  # 16 qubits: a circuit's passes shared between its threads
+    assert threads["forward_gradient_speedup"] == pytest.approx(
+        threads["seconds"]["forward_gradient_1"] / threads["seconds"]["forward_gradient_2"]
+    )
+
+
+@pytest.mark.parametrize("args", [["3"], ["20", "--rounds", "0"], ["20", "--circuits", "0"]])
+def test_side_by_side_bad_input(args):
+    from qml_ray.bench import side_by_side
+    from qml_ray.errors import UsageError
+
+    with pytest.raises(UsageError, match="qubits must be 4 to 30"):
+        side_by_side.main(args)

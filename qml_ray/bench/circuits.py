@@ -117,11 +117,16 @@ def probe(qubits: int, circuits: int, threads: int, with_peers: bool, family: st
     return result
 
 
+def qcnn_batch(qubits: int, circuits: int) -> tuple[Config, tf.Tensor]:
+    """The QCNN's config of `qubits` qubits, and a batch of `circuits` of its data set's circuits."""
+    config = Config(qubits=qubits, examples=max(10, 2 * circuits))
+    return config, tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:circuits])
+
+
 def qcnn_calls(qubits: int, circuits: int) -> tuple[dict, dict]:
     """The QCNN's batch (`model_circuits`), and per differentiator its model's forward and forward + gradient
     on it, warmed up (compiling and plans of the batch stay out of the timings)."""
-    config = Config(qubits=qubits, examples=max(10, 2 * circuits))
-    batch = tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:circuits])
+    config, batch = qcnn_batch(qubits, circuits)
     calls = {}
     for name in DIFFERENTIATORS:
         model = contract.build(config.replace(differentiator=name))
@@ -491,8 +496,7 @@ def one_large_circuit(qubits: int, min_seconds: float = 1.0) -> dict:
     forward and forward + gradient (each over at least `min_seconds`, after a first forward), the peak resident
     memory above the process's level before the first simulation (in state vectors too), and qsim's best
     forward of the same circuit on as many threads."""
-    config = Config(qubits=qubits, examples=10)
-    batch = tf.constant(data.generate(config)["train"].column("circuit").to_pylist()[:1])
+    config, batch = qcnn_batch(qubits, 1)
     model = contract.build(config.replace(differentiator="block"))
 
     def forward_and_gradient():
