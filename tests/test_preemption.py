@@ -30,7 +30,7 @@ from test_your_model import gradients_of
 pytestmark = pytest.mark.slow  # a 3-node cluster, nodes killed and replaced
 
 EPOCHS, CHECKPOINT_EVERY = 8, 3
-WAIT = 10  # --capacity-timeout of the run whose capacity is lost for good: seconds its replacement is waited for
+WAIT = 5  # --capacity-timeout of the run whose capacity is lost for good: seconds its replacement is waited for
 LOST_AFTER = 7  # the epochs that run trains before its node is lost
 
 
