@@ -69,11 +69,7 @@ void release_state(void* buffer) noexcept {
   Recycler& r = recycler();
   std::lock_guard<std::mutex> hold(r.lock);
   const size_t size = r.bytes.at(buffer);
-  if (size > kRecycledBytes) {
-    r.bytes.erase(buffer);
-    return std::free(buffer);
-  }
-  while (r.kept_bytes + size > kRecycledBytes) r.drop_oldest();
+  while (!r.kept.empty() && r.kept_bytes + size > std::max(size, kRecycledBytes)) r.drop_oldest();
   r.kept.emplace_back(size, static_cast<float*>(buffer));
   r.kept_bytes += size;
 }

@@ -25,8 +25,8 @@ struct Planes {
 
 // Both planes of 2^qubits amplitudes in one buffer (not initialised), 64-byte aligned; from 2 MiB on, on
 // transparent huge pages where the OS gives them (fewer page faults and TLB misses). A released buffer is
-// kept for the next state of its size, up to kRecycledBytes of them, so a new state seldom faults in fresh
-// pages (docs/kernel-notes.md#the-state-two-planes).
+// kept for the next state of its size, up to kRecycledBytes of them, or the latest one alone when larger,
+// so a new state seldom faults in fresh pages (docs/kernel-notes.md#the-state-two-planes).
 constexpr size_t kRecycledBytes = size_t(128) << 20;
 float* allocate_state(int qubits);
 void release_state(void* buffer) noexcept;

@@ -251,7 +251,7 @@ def test_one_circuit_shared_between_threads():
 
 def count_states(monkeypatch, final_states: FinalStates) -> tuple[list, set]:
     """From here to the test's end: [states in flight now, the most the kernel's circuits in flight (2 states
-    each) and `final_states`' kept states held at once], and the parts the kernel's calls were cut into."""
+    each) and `final_states`' kept states held at once], and the (thread, parts) of the kernel's calls."""
     held, parts_seen, lock = [0, 0], set(), threading.Lock()
 
     def counted(real, parts_at):
@@ -259,7 +259,7 @@ def count_states(monkeypatch, final_states: FinalStates) -> tuple[list, set]:
             with lock:
                 held[0] += 2
                 held[1] = max(held[1], held[0] + len(final_states._states))
-                parts_seen.add(args[parts_at])
+                parts_seen.add((threading.current_thread().name.removesuffix("_0"), args[parts_at]))
             try:
                 return real(*args)
             finally:
@@ -280,20 +280,36 @@ def count_states(monkeypatch, final_states: FinalStates) -> tuple[list, set]:
 def test_a_batch_fills_the_threads_by_size(monkeypatch, states, slots):
     """A batch of 3 circuits of 16 qubits on 3 threads, with memory for `states` of their states: one circuit
     per thread while each fits with its kept state (3 states), else as many at once as fit so, at least one,
-    each on its share of the threads (no more than the CPUs); the circuits in flight (2 states each) and the
-    kept states never hold more states than the memory; the values equal one thread's with no bound within
-    1e-6."""
+    each on its share of the threads (no more than the CPUs), each slot on a thread of its own (its lane); the
+    circuits in flight (2 states each) and the kept states never hold more states than the memory; the values
+    equal one thread's with no bound within 1e-6."""
     circuits, symbols, values, readouts, upstream = ladder_batch(16, 3, seed=3)
     one_state = config.AMPLITUDE_BYTES * 2**16
     adjoint = BlockAdjoint(threads=3, memory=states * one_state)
     assert adjoint.slots(3, 16) == slots and adjoint.slots(1, 16) == [3]
     held, parts_seen = count_states(monkeypatch, adjoint._states)
     block = forward_and_gradient(adjoint, circuits, symbols, values, readouts, upstream)
-    assert held[1] <= max(states, 2) and parts_seen == {min(parts, sharing_threads()) for parts in slots}
+    lanes = {(f"block-adjoint-{lane}", min(parts, sharing_threads())) for lane, parts in enumerate(slots)}
+    assert held[1] <= max(states, 2) and parts_seen and parts_seen <= lanes
     monkeypatch.undo()
     reference = forward_and_gradient(BlockAdjoint(threads=1), circuits, symbols, values, readouts, upstream)
     np.testing.assert_allclose(block[0], reference[0], atol=1e-6)
     np.testing.assert_allclose(block[1], reference[1], atol=1e-6)
+
+
+def test_a_shared_circuit_runs_on_its_lanes_thread_whoever_calls(monkeypatch):
+    """Called from several threads in turn (as TensorFlow calls the op from its pool), a circuit shared
+    between 2 threads always runs on the same thread, lane 0's, so that its passes always have the same
+    OpenMP team."""
+    circuits, symbols, values, readouts, _ = ladder_batch(16, 1, seed=6)
+    adjoint = BlockAdjoint(threads=2)
+    programs, names = tfq.convert_to_tensor(circuits).numpy(), np.array([str(s).encode() for s in symbols])
+    sums = tfq.convert_to_tensor(readouts).numpy()
+    _, seen = count_states(monkeypatch, adjoint._states)
+    for _ in range(3):
+        with concurrent.futures.ThreadPoolExecutor(1) as caller:
+            caller.submit(adjoint.expectations, programs, names, values, sums, keep_states=False).result()
+    assert seen == {("block-adjoint-0", min(2, sharing_threads()))}
 
 
 def test_the_differentiators_of_a_process_share_its_memory(monkeypatch):

@@ -32,6 +32,7 @@ from qml_ray.gradients.plan import UnsupportedGate, canonical, canonical_plan
 __all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads", "process_final_states"]
 
 SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share (docs/kernel-notes.md#threads)
+LANES_MADE = threading.Lock()  # held while a differentiator makes its lanes' threads (`lane_thread`)
 
 
 def default_threads() -> int:
@@ -142,7 +143,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
     def __init__(self, threads: int | None = None, memory: int | None = None):
         self.threads = threads or default_threads()
         self.memory = memory or state_memory(self.threads)
-        self._pool = None
+        self._lanes = []
         self._states = process_final_states(self.threads, self.memory)
 
     def generate_differentiable_op(self, *, sampled_op=None, analytic_op=None):
@@ -219,28 +220,23 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
     def _each(self, run, programs, symbol_names, pauli_sums) -> None:
         """run(row, inputs, parts) for each circuit of the batch, as many side by side as `slots` gives
-        threads to (on the pool; one at a time in this thread), each circuit of SHARED_FROM_QUBITS or more
-        cut into its slot's parts."""
+        threads to (`_in_lanes`), each circuit of SHARED_FROM_QUBITS or more cut into its slot's parts."""
         names = self._names(symbol_names)
-        rows = range(len(programs))
-        inputs = list(self._map(lambda row: kernel_inputs(programs[row], names, pauli_sums[row]), rows, len(rows)))
+        inputs = [None] * len(programs)
+
+        def read(row: int, _) -> None:
+            inputs[row] = kernel_inputs(programs[row], names, pauli_sums[row])
+
+        self._in_lanes(read, len(programs), [1] * min(self.threads, len(programs)))
         if not inputs:
             return
-        slots = queue.SimpleQueue()
-        at_once = self.slots(len(inputs), max(each.circuit.qubits for each in inputs))
-        for parts in at_once:
-            slots.put(parts)
 
-        def one(row: int) -> None:
+        def one(row: int, parts: int) -> None:
             qubits = inputs[row].circuit.qubits
-            parts = slots.get()
-            try:
-                with self._states.in_flight(IN_FLIGHT_STATES * AMPLITUDE_BYTES * 2**qubits):
-                    run(row, inputs[row], min(parts, sharing_threads()) if qubits >= SHARED_FROM_QUBITS else 1)
-            finally:
-                slots.put(parts)
+            with self._states.in_flight(IN_FLIGHT_STATES * AMPLITUDE_BYTES * 2**qubits):
+                run(row, inputs[row], min(parts, sharing_threads()) if qubits >= SHARED_FROM_QUBITS else 1)
 
-        list(self._map(one, rows, len(at_once)))
+        self._in_lanes(one, len(inputs), self.slots(len(inputs), max(each.circuit.qubits for each in inputs)))
 
     def slots(self, circuits: int, qubits: int) -> list[int]:
         """The threads of each circuit a batch of `circuits` circuits of up to `qubits` qubits runs at once:
@@ -254,15 +250,32 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
     def _names(symbol_names) -> tuple:
         return tuple(name.decode() for name in symbol_names)
 
-    def _map(self, fn, rows, side_by_side: int):
-        """fn over the rows: on the pool's threads when more than one row runs at a time (`side_by_side` of
-        them, on as many threads), else in this thread, with no hand-over (0.26 ms a 20-qubit circuit) and
-        one OpenMP team for the passes of a circuit shared between threads (handed to the pool's threads in
-        turn, it ran one team each, the idle ones spinning beside the next: a 20-qubit forward on 2 threads
-        was 1.58-1.66x one thread's, and is 1.80-1.81x)."""
-        return self.pool().map(fn, rows) if min(self.threads, side_by_side) > 1 else map(fn, rows)
+    def _in_lanes(self, fn, rows: int, lanes: list[int]) -> None:
+        """fn(row, lane) for rows 0..rows-1, taken in turn by one thread per lane, all lanes at once; lane i
+        runs on the same thread of this differentiator on every call (`lane_thread`), so that a circuit shared
+        between threads always has the same OpenMP team: handed to whichever thread was free (TensorFlow calls
+        the op from threads of its own pool), it ran a team per thread, idle teams spinning beside the next.
+        On one thread, in the calling thread (no hand-over: 0.26 ms a 20-qubit circuit)."""
+        left = queue.SimpleQueue()
+        for row in range(rows):
+            left.put(row)
 
-    def pool(self) -> concurrent.futures.ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="block-adjoint")
-        return self._pool
+        def drain(lane: int) -> None:
+            while True:
+                try:
+                    row = left.get_nowait()
+                except queue.Empty:
+                    return
+                fn(row, lane)
+
+        if self.threads == 1:
+            return drain(lanes[0]) if lanes else None
+        for done in [self.lane_thread(i).submit(drain, lane) for i, lane in enumerate(lanes)]:
+            done.result()
+
+    def lane_thread(self, lane: int) -> concurrent.futures.ThreadPoolExecutor:
+        """The thread of lane `lane` (one of `threads`), made when first asked for."""
+        with LANES_MADE:
+            while len(self._lanes) <= lane:
+                self._lanes.append(concurrent.futures.ThreadPoolExecutor(1, f"block-adjoint-{len(self._lanes)}"))
+            return self._lanes[lane]
