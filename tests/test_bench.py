@@ -175,13 +175,16 @@ def test_an_elastic_runs_timeline_from_its_console_lines():
 
 
 def test_side_by_side_in_rounds():
-    """Every contender timed once a round after one untimed call, medians per circuit; the block against qsim
-    (values agreeing) and one circuit on 1 thread against 2, the ratios from those medians."""
+    """Every contender timed once a round, in a new order each round, after one untimed call; medians per
+    circuit; the block against qsim (values agreeing) and one circuit on 1 thread against 2, the ratios from
+    those medians."""
     from qml_ray.bench import side_by_side
 
     calls = []
-    found = side_by_side.in_rounds({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3, 2)
-    assert calls == ["a", "b"] * 4 and set(found) == {"a", "b"} and all(seconds > 0 for seconds in found.values())
+    found = side_by_side.in_rounds({name: lambda name=name: calls.append(name) for name in "abc"}, 4, 2)
+    assert calls[:3] == ["a", "b", "c"] and set(found) == set("abc") and all(seconds > 0 for seconds in found.values())
+    rounds = [calls[start : start + 3] for start in range(3, 15, 3)]
+    assert all(sorted(one) == ["a", "b", "c"] for one in rounds) and len({tuple(one) for one in rounds}) > 1
     require(not peers.missing(), f"the peers extra is not installed ({peers.INSTALL})")
     qsim = side_by_side.against_qsim(6, 2, 2)
     size = qsim["qsim_fused_gate_size"]

@@ -1,6 +1,6 @@
 """The block kernel against qsim's forward, and on 2 threads against one, in rounds: each round times every
-contender once, one after the other, and the figures are the medians over the rounds, so that a machine
-whose speed drifts (a shared one) shifts them all alike.
+contender once, in a random order, and the figures are the medians over the rounds, so that a machine whose
+speed drifts (a shared one) shifts them all alike.
 
     python -m qml_ray.bench.side_by_side 20 --circuits 4 --rounds 5   # one thread against qsim
     python -m qml_ray.bench.side_by_side 20 --rounds 30 --threads     # one circuit, 1 thread against 2
@@ -65,14 +65,16 @@ def qsim_calls(whole: dict) -> dict:
 
 
 def in_rounds(calls: dict, rounds: int, per_call: int) -> dict:
-    """Each call's median seconds over `rounds` rounds (each call once a round, after one untimed call), per
-    circuit of `per_call`."""
+    """Each call's median seconds over `rounds` rounds, per circuit of `per_call`: each call once a round, in
+    a new random order every round (no call always follows the same one, whose traces in the caches and the
+    OS's memory it would inherit), after one untimed call of each."""
     for call in calls.values():
         call()
     times = {name: [] for name in calls}
+    order = np.random.default_rng(0)
     for _ in range(rounds):
-        for name, call in calls.items():
-            times[name].append(seconds(call) / per_call)
+        for name in order.permutation(list(calls)):
+            times[name].append(seconds(calls[name]) / per_call)
     return {name: float(np.median(found)) for name, found in times.items()}
 
 
