@@ -9,20 +9,18 @@ The 1-layer QCNN's batch (`circuits.model_circuits`) through `BlockAdjoint`'s ow
 `gradient` on numpy arrays, as `bench circuits --peers` runs it: the forward alone, as inference runs it (no
 final state kept), and a training step's forward + gradient (its states kept, the sweep from them). qsim at
 each of its fused-gate sizes, the best one's median counted. Needs the peers extra (`peers.INSTALL`).
+TensorFlow, TFQ and cirq are imported once the arguments are checked.
 """
 
 import argparse
 import json
 import time
 
-import cirq
 import numpy as np
 
-from qml_ray import cli, contract
+from qml_ray import cli
 from qml_ray.bench import peers
-from qml_ray.bench.circuits import model_circuits, qcnn_batch
 from qml_ray.errors import UsageError
-from qml_ray.gradients import BlockAdjoint
 
 
 def seconds(fn) -> float:
@@ -33,12 +31,15 @@ def seconds(fn) -> float:
 
 def qcnn_circuits(qubits: int, circuits: int) -> dict:
     """The QCNN's batch of `circuits` circuits as the block kernel and qsim take them (`model_circuits`)."""
+    from qml_ray import contract
+    from qml_ray.bench.circuits import model_circuits, qcnn_batch
+
     config, batch = qcnn_batch(qubits, circuits)
     return model_circuits(config, contract.build(config.replace(differentiator="block")), batch)
 
 
-def block_calls(block: BlockAdjoint, whole: dict) -> dict:
-    """A forward alone, and a training step's forward + gradient, of the batch on `block`."""
+def block_calls(block, whole: dict) -> dict:
+    """A forward alone, and a training step's forward + gradient, of the batch on `block` (a BlockAdjoint)."""
     inputs = (whole["programs"], whole["names"], np.tile(whole["weights"], (len(whole["programs"]), 1)))
     sums = whole["pauli_sums"]
     ones = np.ones(sums.shape, np.float32)
@@ -50,6 +51,7 @@ def block_calls(block: BlockAdjoint, whole: dict) -> dict:
 
 def qsim_calls(whole: dict) -> dict:
     """qsim's forward of the batch at each fused-gate size, its circuits resolved and kept translated."""
+    import cirq
     import qsimcirq
 
     resolver = cirq.ParamResolver(dict(zip(whole["symbols"], whole["weights"].tolist())))
@@ -80,6 +82,8 @@ def in_rounds(calls: dict, rounds: int, per_call: int) -> dict:
 
 def against_qsim(qubits: int, circuits: int, rounds: int) -> dict:
     """One thread: the block forward and forward + gradient against qsim's best forward, the values checked."""
+    from qml_ray.gradients import BlockAdjoint
+
     whole = qcnn_circuits(qubits, circuits)
     block = block_calls(BlockAdjoint(threads=1), whole)
     qsim = qsim_calls(whole)
@@ -101,6 +105,8 @@ def against_qsim(qubits: int, circuits: int, rounds: int) -> dict:
 
 def on_two_threads(qubits: int, rounds: int) -> dict:
     """One circuit on 1 thread against 2: the speed-up of its forward and of its forward + gradient."""
+    from qml_ray.gradients import BlockAdjoint
+
     whole = qcnn_circuits(qubits, 1)
     one, two = (block_calls(BlockAdjoint(threads=threads), whole) for threads in (1, 2))
     found = in_rounds({f"{name}_1": one[name] for name in one} | {f"{name}_2": two[name] for name in two}, rounds, 1)
