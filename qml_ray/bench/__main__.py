@@ -231,9 +231,11 @@ def require_cpus(processes: int, threads: int, remedy: str) -> None:
 
 def require_memory(processes: int, threads: int, qubits: int, remedy: str) -> None:
     """A UsageError unless this machine has the memory for the state vectors of `processes` processes
-    simulating `qubits` qubits on `threads` threads each."""
-    need = processes * config_lib.state_bytes(qubits, threads)
+    simulating `qubits` qubits on `threads` threads each, each sized as a worker is (`config.state_bytes` in
+    its `config.worker_state_memory`): only a circuit too large to run even alone fails."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    each = config_lib.worker_state_memory(memory, len(os.sched_getaffinity(0)), threads)
+    need = processes * config_lib.state_bytes(qubits, threads, each)
     if need > memory:
         raise UsageError(
             f"the state vectors of {qubits} qubits on {processes * threads} thread(s) need {need / 2**30:.3g} GiB, "

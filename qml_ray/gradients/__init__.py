@@ -155,6 +155,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
     def expectation_op_of_blocks(self, programs, symbol_names, symbol_values, pauli_sums):
         """The forward op; it keeps its final states only where a gradient tape watches `symbol_values` (a
         training step's, not inference's or validation's), decided when the op is traced."""
+        symbol_values = tf.convert_to_tensor(symbol_values)  # a variable's value (the tape API takes tensors)
         keep_states = record.should_record_backprop([symbol_values])
         expectations = tf.numpy_function(
             functools.partial(self.expectations, keep_states=keep_states),
