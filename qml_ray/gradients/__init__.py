@@ -271,7 +271,9 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
         if self.threads == 1:
             return drain(lanes[0]) if lanes else None
-        for done in [self.lane_thread(i).submit(drain, lane) for i, lane in enumerate(lanes)]:
+        running = [self.lane_thread(i).submit(drain, lane) for i, lane in enumerate(lanes)]
+        concurrent.futures.wait(running)  # every lane done before a failure is raised: none outlives the call
+        for done in running:
             done.result()
 
     def lane_thread(self, lane: int) -> concurrent.futures.ThreadPoolExecutor:
