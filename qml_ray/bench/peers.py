@@ -33,24 +33,28 @@ def difference(found, expected) -> float:
     return float(np.abs(np.asarray(found, np.float64) - expected).max() / max(1.0, np.abs(expected).max()))
 
 
-def qsim_forward(circuits, readouts, resolver, threads: int, timer) -> dict:
-    """qsim's expectations of the readouts for each circuit at each fused-gate size (the first call's, untimed,
-    for the values): the fastest size's seconds per circuit, the size, and the values. The circuits are
-    resolved once and qsim keeps each one translated (its memoization), so the time is qsim's simulation,
-    not cirq's resolving and qsimcirq's translating in Python (6-8 times the simulation at 16 qubits)."""
+def qsim_calls(circuits, readouts, resolver, threads: int) -> dict:
+    """qsim's expectations of the readouts for each circuit, one call per fused-gate size (size -> call). The
+    circuits are resolved once and qsim keeps each one translated (its memoization), so a call's time is qsim's
+    simulation, not cirq's resolving and qsimcirq's translating in Python (6-8 times the simulation at 16
+    qubits)."""
     import cirq
     import qsimcirq
 
     resolved = [cirq.resolve_parameters(c, resolver) for c in circuits]
-    fastest = {"seconds": float("inf")}
+    calls = {}
     for size in QSIM_FUSED_SIZES:
-        simulator = qsimcirq.QSimSimulator(
-            qsimcirq.QSimOptions(max_fused_gate_size=size, cpu_threads=threads), circuit_memoization_size=len(resolved)
-        )
+        options = qsimcirq.QSimOptions(max_fused_gate_size=size, cpu_threads=threads)
+        simulator = qsimcirq.QSimSimulator(options, circuit_memoization_size=len(resolved))
+        calls[size] = lambda simulator=simulator: [simulator.simulate_expectation_values(c, readouts) for c in resolved]
+    return calls
 
-        def forward(simulator=simulator):
-            return [simulator.simulate_expectation_values(c, readouts) for c in resolved]
 
+def qsim_forward(circuits, readouts, resolver, threads: int, timer) -> dict:
+    """qsim's expectations at each fused-gate size (`qsim_calls`; the first call's, untimed, for the values):
+    the fastest size's seconds per circuit, the size, and the values."""
+    fastest = {"seconds": float("inf")}
+    for size, forward in qsim_calls(circuits, readouts, resolver, threads).items():
         values = np.real(forward())
         seconds = timer(forward) / len(circuits)
         if seconds < fastest["seconds"]:

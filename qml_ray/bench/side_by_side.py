@@ -50,20 +50,12 @@ def block_calls(block, whole: dict) -> dict:
 
 
 def qsim_calls(whole: dict) -> dict:
-    """qsim's forward of the batch at each fused-gate size, its circuits resolved and kept translated."""
+    """qsim's forward of the batch on one thread at each fused-gate size (`peers.qsim_calls`)."""
     import cirq
-    import qsimcirq
 
     resolver = cirq.ParamResolver(dict(zip(whole["symbols"], whole["weights"].tolist())))
-    resolved = [cirq.resolve_parameters(c, resolver) for c in whole["circuits"]]
-    calls = {}
-    for size in peers.QSIM_FUSED_SIZES:
-        options = qsimcirq.QSimOptions(max_fused_gate_size=size, cpu_threads=1)
-        simulator = qsimcirq.QSimSimulator(options, circuit_memoization_size=len(resolved))
-        calls[f"qsim_{size}"] = lambda simulator=simulator: [
-            simulator.simulate_expectation_values(c, whole["readouts"]) for c in resolved
-        ]
-    return calls
+    calls = peers.qsim_calls(whole["circuits"], whole["readouts"], resolver, threads=1)
+    return {f"qsim_{size}": call for size, call in calls.items()}
 
 
 def in_rounds(calls: dict, rounds: int, per_call: int) -> dict:
