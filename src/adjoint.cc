@@ -16,10 +16,10 @@ void relabel_before(Planes state, const Circuit& c, int b, int parts) {
 // relabelling leaves its window alone); else none. A tile is in cache, so the relabelling costs no pass of its
 // own over the state.
 const int64_t* relabelling_in_tiles(const Circuit& c, int s) {
-  const int b = static_cast<int>(c.segments[s]), window = static_cast<int>(c.windows[s]);
-  if (c.relabel[b] < 0 || window < 0) return nullptr;
+  const int b = static_cast<int>(c.segments[s]);
+  if (c.relabel[b] < 0 || c.windows[s] == 0) return nullptr;
   const int64_t* bit_map = c.bit_map(static_cast<int>(c.relabel[b]));
-  return leaves_alone(bit_map, window, c.qubits - c.tile_bits) ? bit_map : nullptr;
+  return leaves_alone(bit_map, c.windows[s]) ? bit_map : nullptr;
 }
 
 // Block b's part of the gradient, m its transition matrix: d/de of the block (L F(e) R) contributes
@@ -72,7 +72,7 @@ void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Re
       for (Planes state : {psi, lam}) apply_block(state, dagger(u.blocks[b]), c.hi(b), c.lo(b), parts, c.mask(b));
     } else {
       const std::vector<Mat4> m =
-          unapply_segment(psi, lam, c, u.blocks, symbolic, b, e, static_cast<int>(c.windows[s]), parts, in_tiles);
+          unapply_segment(psi, lam, c, u.blocks, symbolic, b, e, c.windows[s], parts, in_tiles);
       for (int k = b; k < e; ++k)
         if (symbolic[k]) add_block_gradient(c, values, u.factors, k, m[k - b], grad);
     }

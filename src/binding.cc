@@ -35,7 +35,6 @@ std::vector<T> field(nb::handle tuple, const char* name) {
 Circuit circuit_from(nb::handle t) {
   Circuit c;
   c.qubits = nb::cast<int>(t.attr("qubits"));
-  c.tile_bits = nb::cast<int>(t.attr("tile_bits"));
   c.block_qubits = field<int64_t>(t, "block_qubits");
   c.block_mask = field<int64_t>(t, "block_mask");
   c.block_mask_value = field<int64_t>(t, "block_mask_value");

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "relabel.h"
+#include "tiles.h"
 
 namespace qml {
 namespace {
@@ -261,29 +262,15 @@ Totals sum(const std::vector<Totals>& parts) {
   return out;
 }
 
-// A segment's tile as block (hi, lo)'s groups. The tile fixes the state's bits window..window + fixed
-// (fixed = qubits - tile_bits); with bits hi and lo taken out of an amplitude's index they are its group's
-// bits p..p + fixed, so the tile is `count` runs of 2^p consecutive groups, run r from offset + r * step.
-struct TileRuns {
-  index_t offset, step, count, length;
-  TileRuns(const Circuit& c, int window, int hi, int lo, index_t tile) {
-    const int fixed = c.qubits - c.tile_bits, p = window - (hi < window) - (lo < window);
-    offset = tile << p;
-    step = index_t(1) << (p + fixed);
-    count = index_t(1) << (c.qubits - 2 - p - fixed);
-    length = index_t(1) << p;
-  }
-};
+// Block k's groups in a tile of the window's: runs of consecutive groups.
+TileRuns block_runs(const Circuit& c, index_t window, int k) {
+  return TileRuns(window, (index_t(1) << c.hi(k)) | (index_t(1) << c.lo(k)), c.qubits);
+}
 
-index_t tile_count(const Circuit& c) { return index_t(1) << (c.qubits - c.tile_bits); }
-
-// The start written on a tile: its runs of 2^window amplitudes (the window's bits are the tile's number).
-void write_start_tile(Planes state, const Circuit& c, int window, index_t tile) {
-  const int above = window + c.qubits - c.tile_bits;
-  for (index_t high = 0; high < index_t(1) << (c.qubits - above); ++high) {
-    const index_t first = (high << above) | (tile << window);
-    write_start_range(state, c, first, first + (index_t(1) << window));
-  }
+// The start written on a tile: its runs of amplitudes (at least 2^kStartBits each).
+void write_start_tile(Planes state, const Circuit& c, index_t window, index_t tile) {
+  const TileRuns runs(window, 0, c.qubits);
+  runs.each(tile, [&](index_t first) { write_start_range(state, c, first, first + runs.length); });
 }
 
 }  // namespace
@@ -315,54 +302,58 @@ Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int 
 void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts, bool start,
                    const int64_t* relabel) {
   const int b = static_cast<int>(c.segments[s]), e = static_cast<int>(c.segments[s + 1]);
-  const int window = static_cast<int>(c.windows[s]);
+  const index_t window = c.windows[s];
   if (e - b == 1) {
     if (start) write_start(state, c, parts);
     return apply_block(state, blocks[b], c.hi(b), c.lo(b), parts, c.mask(b));
   }
   std::vector<Scalars> m;
   for (int k = b; k < e; ++k) m.push_back(scalars(blocks[k]));
-  const index_t tiles = tile_count(c);
+  std::vector<TileRuns> runs;
+  for (int k = b; k < e; ++k) runs.push_back(block_runs(c, window, k));
+  const index_t tiles = tile_count(window);
   in_parts(parts, [&](int part) {
     for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile) {
-      if (relabel) relabel_tile(state, relabel, c.qubits, window, c.qubits - c.tile_bits, tile);
+      if (relabel) relabel_tile(state, relabel, c.qubits, window, tile);
       if (start) write_start_tile(state, c, window, tile);
       for (int k = b; k < e; ++k) {
-        const TileRuns runs(c, window, c.hi(k), c.lo(k), tile);
-        for (index_t run = runs.offset; run < runs.offset + runs.count * runs.step; run += runs.step)
-          apply_range(state, m[k - b], AllGroups{c.hi(k), c.lo(k)}, run, run + runs.length);
+        const AllGroups g{c.hi(k), c.lo(k)};
+        const index_t length = runs[k - b].length;
+        runs[k - b].each(tile, [&](index_t run) { apply_range(state, m[k - b], g, run, run + length); });
       }
     }
   });
 }
 
 std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, const std::vector<Mat4>& blocks,
-                                  const std::vector<bool>& symbolic, int b, int e, int window, int parts,
+                                  const std::vector<bool>& symbolic, int b, int e, index_t window, int parts,
                                   const int64_t* relabel) {
   std::vector<Mat4> daggers;
   std::vector<Scalars> m;
+  std::vector<TileRuns> runs;
   for (int k = b; k < e; ++k) {
     daggers.push_back(dagger(blocks[k]));
     m.push_back(scalars(daggers.back()));
+    runs.push_back(block_runs(c, window, k));
   }
-  const index_t tiles = tile_count(c);
+  const index_t tiles = tile_count(window);
   std::vector<std::vector<Totals>> totals(e - b, std::vector<Totals>(parts, Totals{}));  // [block][part]
   in_parts(parts, [&](int part) {
     for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile) {
       for (int k = e - 1; k >= b; --k) {
         const AllGroups g{c.hi(k), c.lo(k)};
-        const TileRuns runs(c, window, g.hi, g.lo, tile);
-        for (index_t run = runs.offset; run < runs.offset + runs.count * runs.step; run += runs.step) {
+        const index_t length = runs[k - b].length;
+        runs[k - b].each(tile, [&](index_t run) {
           if (symbolic[k]) {
-            unapply_range(psi, lam, m[k - b], g, totals[k - b][part], run, run + runs.length);
+            unapply_range(psi, lam, m[k - b], g, totals[k - b][part], run, run + length);
           } else {
-            apply_range(psi, m[k - b], g, run, run + runs.length);
-            apply_range(lam, m[k - b], g, run, run + runs.length);
+            apply_range(psi, m[k - b], g, run, run + length);
+            apply_range(lam, m[k - b], g, run, run + length);
           }
-        }
+        });
       }
       if (relabel)
-        for (Planes state : {psi, lam}) relabel_tile(state, relabel, c.qubits, window, c.qubits - c.tile_bits, tile);
+        for (Planes state : {psi, lam}) relabel_tile(state, relabel, c.qubits, window, tile);
     }
   });
   std::vector<Mat4> out(e - b);

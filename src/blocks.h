@@ -27,11 +27,11 @@ Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int 
 void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& blocks, int s, int parts,
                    bool start = false, const int64_t* relabel = nullptr);
 
-// Blocks e-1..b of a segment (`window` its window) un-applied from both states tile by tile, then with
+// Blocks e-1..b of a segment (`window` its window, a mask of bits) un-applied from both states tile by tile, then with
 // `relabel` each tile relabelled; each block's transition matrix (as unapply_with_transition's) where it has a
 // symbol, zeros elsewhere.
 std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, const std::vector<Mat4>& blocks,
-                                  const std::vector<bool>& symbolic, int b, int e, int window, int parts,
+                                  const std::vector<bool>& symbolic, int b, int e, index_t window, int parts,
                                   const int64_t* relabel = nullptr);
 
 }  // namespace qml

@@ -19,14 +19,13 @@ struct Mask {
 
 struct Circuit {
   int qubits = 0;
-  int tile_bits = 0;
   std::vector<int64_t> block_qubits;  // [blocks, 2]: (hi, lo)
   std::vector<int64_t> block_mask;    // [blocks]: Mask::bits
   std::vector<int64_t> block_mask_value;  // [blocks]: Mask::value
   std::vector<int64_t> relabel;       // [blocks]: row of bit_maps applied before the block, or -1
   std::vector<int64_t> bit_maps;      // [relabellings, qubits]
   std::vector<int64_t> segments;      // [segments + 1]
-  std::vector<int64_t> windows;       // [segments]
+  std::vector<int64_t> windows;       // [segments]: the bits a segment's tiles fix, a mask (0: one block)
   std::vector<int64_t> block_start;   // [blocks + 1]
   std::vector<int64_t> kind;          // [factors]
   std::vector<int64_t> symbol;        // [factors], -1 for a constant

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "tiles.h"
+
 namespace qml {
 namespace {
 
@@ -181,23 +183,19 @@ void relabel_bits(Planes state, const int64_t* bit_map, int qubits, int parts) {
   });
 }
 
-// The settings of the other bits (the moved ones taken out) that fall in the tile: runs of 2^w consecutive
-// ones, w the window's first bit among them.
-void relabel_tile(Planes state, const int64_t* bit_map, int qubits, int window, int fixed, index_t tile) {
+// The settings of the other bits (the moved ones taken out) that fall in the tile, run by run.
+void relabel_tile(Planes state, const int64_t* bit_map, int qubits, index_t window, index_t tile) {
   const Swaps swaps(bit_map, qubits);
   if (swaps.lows.empty()) return;
-  int w = window;
-  for (size_t k = 0; k < swaps.lows.size(); ++k) w -= (swaps.lows[k] < window) + (swaps.highs[k] < window);
-  const int others = qubits - 2 * static_cast<int>(swaps.lows.size());
-  for (index_t high = 0; high < index_t(1) << (others - w - fixed); ++high) {
-    const index_t first = (high << (w + fixed)) | (tile << w);
-    relabel_range(state, swaps, first, first + (index_t(1) << w));
-  }
+  index_t moved = 0;
+  for (int bit : swaps.moved) moved |= index_t(1) << bit;
+  const TileRuns runs(window, moved, qubits);
+  runs.each(tile, [&](index_t first) { relabel_range(state, swaps, first, first + runs.length); });
 }
 
-bool leaves_alone(const int64_t* bit_map, int window, int fixed) {
-  for (int b = window; b < window + fixed; ++b)
-    if (bit_map[b] != b) return false;
+bool leaves_alone(const int64_t* bit_map, index_t window) {
+  for (int b = 0; b < 64; ++b)
+    if ((window >> b) & 1 && bit_map[b] != b) return false;
   return true;
 }
 

@@ -14,11 +14,11 @@ constexpr int kParkedBits = 5;  // the plan parks qubits on the bits below this
 // swaps pairs (low, high) of bits, every low below kParkedBits (so it is its own inverse).
 void relabel_bits(Planes state, const int64_t* bit_map, int qubits, int parts);
 
-// relabel_bits on one tile's amplitudes only: those whose bits window..window + fixed - 1 read `tile`, bits
-// the relabelling leaves alone (so it moves amplitudes within each tile).
-void relabel_tile(Planes state, const int64_t* bit_map, int qubits, int window, int fixed, index_t tile);
+// relabel_bits on one tile's amplitudes only: those whose bits in `window` (a mask) read `tile`, bits the
+// relabelling leaves alone (so it moves amplitudes within each tile).
+void relabel_tile(Planes state, const int64_t* bit_map, int qubits, index_t window, index_t tile);
 
-// Whether the relabelling leaves bits window..window + fixed - 1 alone.
-bool leaves_alone(const int64_t* bit_map, int window, int fixed);
+// Whether the relabelling leaves the bits of `window` (a mask) alone.
+bool leaves_alone(const int64_t* bit_map, index_t window);
 
 }  // namespace qml

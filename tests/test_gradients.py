@@ -411,11 +411,15 @@ def brickwork_batch(qubits: int, active: int, layers: int, circuits: int, seed: 
     return iswap_batch(qubits, pairs, circuits, seed)
 
 
-def segments_of(circuit) -> list[tuple[int, np.ndarray]]:
-    """Each segment of several blocks: its window and its blocks' bits."""
+def bits_of(mask: int) -> set[int]:
+    return {bit for bit in range(64) if (int(mask) >> bit) & 1}
+
+
+def segments_of(circuit) -> list[tuple[set[int], np.ndarray]]:
+    """Each segment of several blocks: its window's bits and its blocks' bits."""
     ends = circuit.segments
     return [
-        (circuit.windows[s], circuit.block_qubits[ends[s] : ends[s + 1]])
+        (bits_of(circuit.windows[s]), circuit.block_qubits[ends[s] : ends[s + 1]])
         for s in range(len(ends) - 1)
         if ends[s + 1] - ends[s] > 1
     ]
@@ -433,27 +437,26 @@ def test_segments_applied_tile_by_tile(tiles_of_10_bits):
 
 def test_segments_with_windows_among_the_high_bits(tiles):
     """Brickwork on 12 of 17 qubits (the idle ones parked on the lowest bits, so no relabelling) in tiles of 2^13
-    amplitudes: blocks are put out of the circuit's order into segments, some with a window below the tile's
-    bits, so on the highest bits, whose tiles are runs of the state far apart; the values still equal cirq's,
-    central differences and TFQ's, on every path and on 1, 2 and 3 threads."""
+    amplitudes: blocks are put out of the circuit's order into segments, some on the highest bits, whose
+    tiles are runs of the state far apart, some with windows of bits that are not consecutive; the values
+    still equal cirq's, central differences and TFQ's, on every path and on 1, 2 and 3 threads."""
     tiles(13)
     circuits, symbols, values, readouts, upstream = brickwork_batch(17, 12, 4, 2, seed=17)
     circuit = plan_of(circuits, symbols, readouts)[0].circuit
-    windowed = [bits for window, bits in segments_of(circuit) if window < circuit.tile_bits]
-    assert windowed and max(bits.max() for bits in windowed) >= circuit.tile_bits
+    segments = segments_of(circuit)
+    assert max(bits.max() for _, bits in segments) >= circuit.tile_bits
+    assert any(max(window) - min(window) >= len(window) for window, _ in segments)  # a gap among its bits
     check(circuits, symbols, values, readouts, upstream)
 
 
 def relabellings_in_tiles(circuit) -> list[bool]:
     """For each segment of several blocks that a relabelling starts: whether the relabelling leaves the
     segment's window alone, so that the kernel relabels tile by tile within the segment's pass."""
-    fixed = circuit.qubits - circuit.tile_bits
     found = []
     for s, window in enumerate(circuit.windows):
         row = circuit.relabel[circuit.segments[s]]
-        if row >= 0 and window >= 0:
-            bit_map = circuit.bit_maps[row]
-            found.append(bool(np.all(bit_map[window : window + fixed] == np.arange(window, window + fixed))))
+        if row >= 0 and window:
+            found.append(all(circuit.bit_maps[row][bit] == bit for bit in bits_of(window)))
     return found
 
 
@@ -470,13 +473,14 @@ def test_relabellings_tile_by_tile(tiles_of_10_bits):
 def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
     """Random blocks (with relabellings and masked blocks among them) put into segments: every block once; a
     segment's blocks avoid its window; blocks that share a bit, or a relabelling between them, keep their
-    order; a masked block keeps its place, a segment of its own; a window below TILE_BITS and blocks out of
-    order both occur, and there are fewer segments than blocks; a relabelling's first segment often has a
-    window that leaves the relabelled bits alone (the kernel then relabels tile by tile)."""
-    from qml_ray.gradients.plan.segments import TILE_BITS, schedule
+    order; a masked block keeps its place, a segment of its own; a window is qubits - TILE_BITS bits from
+    LOWEST_WINDOW up; tiles with bits above TILE_BITS, windows with gaps and blocks out of order all occur, and
+    there are fewer segments than blocks; a relabelling's first segment often has a window that leaves the
+    relabelled bits alone (the kernel then relabels tile by tile)."""
+    from qml_ray.gradients.plan.segments import LOWEST_WINDOW, TILE_BITS, schedule
 
     rng = np.random.default_rng(0)
-    qubits, reordered, low_windows, relabelled_in_tiles = 20, 0, 0, 0
+    qubits, reordered, high_tiles, gaps, relabelled_in_tiles = 20, 0, 0, 0, 0
     for _ in range(50):
         placed = [tuple(rng.choice(np.arange(5, qubits), 2, replace=False)) for _ in range(30)]
         relabel = [-1 if b == 0 or rng.random() > 0.1 else 0 for b in range(30)]
@@ -493,17 +497,19 @@ def test_the_schedule_keeps_the_order_of_blocks_that_share_a_bit():
                 assert position[a] < position[b]
         for b in np.flatnonzero(masked):
             assert order[b] == b and b in segments and b + 1 in segments
-        for s, window in enumerate(windows):
-            blocks = order[segments[s] : segments[s + 1]]
-            assert window >= 0 or len(blocks) == 1
-            assert all(
-                not window <= bit < window + qubits - TILE_BITS for b in blocks for bit in placed[b] if window >= 0
-            )
-            low_windows += 0 <= window < TILE_BITS
-            if relabel[segments[s]] >= 0 and window >= 0:  # a relabelling keeps its place, starting its stretch
-                relabelled_in_tiles += set(range(window, window + qubits - TILE_BITS)).isdisjoint(highs)
+        for s, mask in enumerate(windows):
+            blocks, window = order[segments[s] : segments[s + 1]], bits_of(mask)
+            assert window or len(blocks) == 1
+            if not window:
+                continue
+            assert len(window) == qubits - TILE_BITS and min(window) >= LOWEST_WINDOW
+            assert window.isdisjoint(bit for b in blocks for bit in placed[b])
+            high_tiles += max(window) < qubits - 1
+            gaps += max(window) - min(window) >= len(window)
+            if relabel[segments[s]] >= 0:  # a relabelling keeps its place, starting its stretch
+                relabelled_in_tiles += window.isdisjoint(highs)
         reordered += order != sorted(order)
-    assert reordered and low_windows and relabelled_in_tiles
+    assert reordered and high_tiles and gaps and relabelled_in_tiles
 
 
 @pytest.mark.parametrize("parts", [2, 3])
@@ -773,7 +779,7 @@ def test_the_start_is_written_as_a_state(tiles, qubits, tile_bits):
         circuits.append(start + after)
         full, without = (plan(tfq.convert_to_tensor([c]).numpy()[0], names) for c in (start + after, left_in + after))
         assert len(full.circuit.block_qubits) == len(without.circuit.block_qubits)
-        assert not tile_bits or full.circuit.windows[0] == 11  # the first segment's window: bits 11 and 12
+        assert not tile_bits or bits_of(full.circuit.windows[0]) == {11, 12}  # the first segment's window
     values = rng.uniform(-1.5, 1.5, size=(3, len(SYMBOLS)))
     readouts = [random_readouts(rng, register) for _ in circuits]
     check(circuits, SYMBOLS, values, readouts, rng.uniform(-1, 1, size=(3, 3)), tfq_tolerance=1e-3)

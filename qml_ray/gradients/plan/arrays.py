@@ -27,7 +27,7 @@ class Circuit(NamedTuple):
     relabel: np.ndarray  # [blocks] int64: row of bit_maps applied to the state before the block, or -1
     bit_maps: np.ndarray  # [relabellings, qubits] int64: bit q of every index moves to bit bit_maps[r, q] (swaps)
     segments: np.ndarray  # [segments + 1] int64: segment s holds blocks segments[s]:segments[s + 1] (see `segments`)
-    windows: np.ndarray  # [segments] int64: the first bit of segment s's window (-1 for a segment of one block)
+    windows: np.ndarray  # [segments] int64: segment s's window, the bits its tiles fix, a mask (0: one block)
     tile_bits: int  # a segment of several blocks is applied to tiles of 2^tile_bits amplitudes, one after another
     block_start: np.ndarray  # [blocks + 1] int64: block b holds factors block_start[b]:block_start[b + 1]
     kind: np.ndarray  # [factors] int64: row of kind_eig / kind_proj
