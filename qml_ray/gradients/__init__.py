@@ -223,12 +223,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         """run(row, inputs, parts) for each circuit of the batch, as many side by side as `slots` gives
         threads to (`_in_lanes`), each circuit of SHARED_FROM_QUBITS or more cut into its slot's parts."""
         names = self._names(symbol_names)
-        inputs = [None] * len(programs)
-
-        def read(row: int, _) -> None:
-            inputs[row] = kernel_inputs(programs[row], names, pauli_sums[row])
-
-        self._in_lanes(read, len(programs), [1] * min(self.threads, len(programs)))
+        inputs = [kernel_inputs(program, names, sums) for program, sums in zip(programs, pauli_sums)]
         if not inputs:
             return
 
