@@ -14,6 +14,7 @@
 #include "blocks.h"
 #include "dispatch.h"
 #include "relabel.h"
+#include "roofline.h"
 
 namespace nb = nanobind;
 using namespace qml;
@@ -55,6 +56,8 @@ Circuit circuit_from(nb::handle t) {
   const std::vector<bool> linked = field<bool>(t, "start_linked");
   c.start_linked.assign(linked.begin(), linked.end());
   c.start_table = field<float>(t, "start_table");
+  c.form = static_cast<Form>(nb::cast<int>(t.attr("form")));
+  c.prefetch = nb::cast<bool>(t.attr("prefetch"));
   return c;
 }
 
@@ -137,6 +140,14 @@ NB_MODULE(QML_KERNEL_MODULE, m) {
   nb::class_<Readouts>(m, "Readouts", "A plan.Readouts' arrays, as the kernel reads them.")
       .def("__init__", [](Readouts* self, nb::handle plan) { new (self) Readouts(readouts_from(plan)); });
 
+  m.def("triad_seconds", &triad_seconds, nb::arg("floats"), nb::arg("threads"), nb::arg("repeats"),
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Seconds of the fastest of `repeats` triads a = b + s c over arrays of `floats` floats, on `threads`.");
+  m.def("fma_seconds", &fma_seconds, nb::arg("rounds"), nb::arg("threads"), nb::arg("repeats"),
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Seconds of the fastest of `repeats` runs of `rounds` x FMA_CHAINS vector FMAs on each of `threads`.");
+  m.attr("FMA_CHAINS") = kFmaChains;
+  m.attr("FMA_LANES") = fma_lanes();
   m.def("supported_paths", &supported_paths, "The paths this CPU can run, fastest first.");
   m.def("cpu_features", &cpu_features, "The SIMD features of this CPU that the paths need.");
   m.def("circuit_expectations", &circuit_expectations, nb::arg("circuit"), nb::arg("values"), nb::arg("readouts"),

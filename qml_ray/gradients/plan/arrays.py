@@ -41,10 +41,18 @@ class Circuit(NamedTuple):
     start_phases: np.ndarray  # [phases, 4] complex128: its diagonal, indexed 2 * bit(hi) + bit(lo)
     start_linked: np.ndarray  # [low] bool: bits below low = min(kernel.START_BITS, qubits) in a phase with one above
     start_table: np.ndarray  # [2, 2^low] float32: the start on the bits below low, but for the linked bits' amplitudes
+    form: int  # how the passes multiply a block's matrix in: 0 four real products a complex one, 1 three
+    prefetch: bool  # whether a segment fetches its next tile into the cache while its blocks work on one
 
 
 def circuit(
-    blocks: list[Block], placement: Placement, schedule: segments.Schedule, start_factors: list[Factor], names: dict
+    blocks: list[Block],
+    placement: Placement,
+    schedule: segments.Schedule,
+    start_factors: list[Factor],
+    names: dict,
+    form: int = 0,
+    prefetch: bool = False,
 ) -> Circuit:
     """The circuit's arrays: the blocks in the schedule's order on the bits `placement` gives them, in its
     segments and windows, their factors' symbols numbered as in `names`, and the start's arrays."""
@@ -66,6 +74,8 @@ def circuit(
         tile_bits=segments.TILE_BITS,
         **factors.arrays(),
         **start.arrays(start_factors, placement.first),
+        form=form,
+        prefetch=prefetch,
     )
 
 
