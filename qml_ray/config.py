@@ -15,7 +15,7 @@ import pydantic
 import yaml
 from pydantic import BeforeValidator, ConfigDict, Field
 
-from qml_ray import safe_yaml, storage
+from qml_ray import choices, safe_yaml, storage
 from qml_ray.errors import UsageError
 
 # The simulators hold every circuit's whole state vector in one process: 2**qubits complex64
@@ -107,6 +107,18 @@ class Config(pydantic.BaseModel):
         "differentiator the model chose, a sampled layer's, and TFQ's where the block method cannot take the "
         "circuit (one warning line); block: BlockAdjoint for every layer, or one error; tfq: as the model built it",
     )
+    kernel_plan: str = _key(
+        "",
+        "fixes the block kernel's choices on every worker, any of: a SIMD path (avx512, avx2, portable), form=4|3, "
+        "tiles=15..18, prefetch=on|off, huge_pages=on|off (e.g. `avx2 tiles=17`); each worker measures the rest "
+        "for each circuit shape (docs/kernel-notes.md#the-planner); empty: all measured",
+    )
+    plan_seconds: Number = _key(
+        choices.DEFAULT_SECONDS,
+        "seconds a worker spends at most measuring the block kernel's choices for a new circuit shape, on its first "
+        "step (one choice more is always tried; what is measured is kept for the next run); 0: none measured",
+        ge=0,
+    )
     data_in_memory_mb: Whole = _key(
         256,
         "a data set of at most this many MB of Parquet is read once and each worker keeps its shard in memory "
@@ -185,6 +197,7 @@ class Config(pydantic.BaseModel):
             f"profiler_port must be 0 (off) or 1024..{top}",
         )
         parse_model(self.model)
+        choices.fixed(self.kernel_plan, "kernel_plan")
         if self.callbacks:
             parse_model(self.callbacks, "callbacks")
         for location in (self.storage, self.data, self.validation_data):

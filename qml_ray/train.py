@@ -16,7 +16,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from qml_ray import checkpoints, claims, cli, config as config_lib, contract, datasets, interrupts, runtime, storage
+from qml_ray import (
+    checkpoints,
+    choices,
+    claims,
+    cli,
+    config as config_lib,
+    contract,
+    datasets,
+    interrupts,
+    runtime,
+    storage,
+)
 from qml_ray.errors import UsageError, one_line
 from qml_ray.worker_setup import TRAINING_WORKER_ENV
 
@@ -278,8 +289,10 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
 
 
 def training_worker_env(config: config_lib.Config) -> dict:
-    """A training worker's env vars: its thread pools, and the mark that starts its imports early (worker_setup.py)."""
-    return {**runtime.worker_env(config.cpus_per_worker, config.size_thread_pools), TRAINING_WORKER_ENV: "1"}
+    """A training worker's env vars: its thread pools, the kernel plan's fixes and budget, and the mark that starts
+    its imports early (worker_setup.py)."""
+    plan = {choices.PLAN_VARIABLE: config.kernel_plan, choices.SECONDS_VARIABLE: str(config.plan_seconds)}
+    return {**runtime.worker_env(config.cpus_per_worker, config.size_thread_pools), TRAINING_WORKER_ENV: "1", **plan}
 
 
 def warn_idle_threads(config: config_lib.Config, train_rows: int | None = None) -> None:

@@ -56,7 +56,7 @@ void simulate(Planes psi, const Circuit& c, const double* values, int parts) {
 void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Readouts& readouts,
                     const double* upstream, double* grad, int parts) {
   const Unitaries u = block_unitaries(c, values);
-  const StateBuffer co_state = new_state_buffer(c.qubits);
+  const StateBuffer co_state = new_state_buffer(c.qubits, c.huge_pages);
   const Planes lam = planes_of(co_state.get(), c.qubits);
   set_observable(lam, psi, readouts, upstream, parts);
   const std::vector<bool> symbolic = with_symbols(c);

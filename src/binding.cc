@@ -58,6 +58,7 @@ Circuit circuit_from(nb::handle t) {
   c.start_table = field<float>(t, "start_table");
   c.form = static_cast<Form>(nb::cast<int>(t.attr("form")));
   c.prefetch = nb::cast<bool>(t.attr("prefetch"));
+  c.huge_pages = nb::cast<bool>(t.attr("huge_pages"));
   return c;
 }
 
@@ -74,8 +75,8 @@ Planes array_planes(StateArray state) {
 }
 
 // A new state of 2^qubits amplitudes, owned by the numpy array it is returned as.
-NumpyState new_state(int qubits) {
-  float* data = allocate_state(qubits);
+NumpyState new_state(int qubits, bool huge_pages) {
+  float* data = allocate_state(qubits, huge_pages);
   nb::capsule owner(data, [](void* p) noexcept { release_state(p); });
   return {data, {2, size_t(1) << qubits}, owner};
 }
@@ -96,7 +97,7 @@ Mat4 from_numpy(Matrix u) {
 // The circuit's state at `values`; out[k] += the expectation of readout k. Returns the state.
 NumpyState circuit_expectations(const Circuit& c, Array<const double> values, const Readouts& readouts,
                                 Array<double> out, int parts) {
-  NumpyState psi = new_state(c.qubits);
+  NumpyState psi = new_state(c.qubits, c.huge_pages);
   const Planes planes = planes_of(psi.data(), c.qubits);
   {
     nb::gil_scoped_release released;
@@ -116,7 +117,7 @@ void circuit_gradient(const Circuit& c, Array<const double> values, const Readou
   StateBuffer simulated;
   Planes planes = array_planes(psi);
   if (planes.size == 0) {
-    simulated = new_state_buffer(c.qubits);
+    simulated = new_state_buffer(c.qubits, c.huge_pages);
     planes = planes_of(simulated.get(), c.qubits);
     simulate(planes, c, values.data(), parts);
   }

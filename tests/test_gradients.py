@@ -17,8 +17,16 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import config, kernel
-from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, process_final_states, sharing_threads
+from qml_ray import choices, config, kernel
+from qml_ray.choices import Choice
+from qml_ray.gradients import (
+    BlockAdjoint,
+    FinalStates,
+    UnsupportedGate,
+    planner,
+    process_final_states,
+    sharing_threads,
+)
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -108,16 +116,25 @@ def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, thr
     assert np.abs(reference).max() > 0.01  # a real gradient, not zeros everywhere
     found = {}
     for path, n in itertools.product(kernel.supported_paths(), threads):
-        with kernel_on(path):
-            found[path, n] = block_forward, block = forward_and_gradient(
-                BlockAdjoint(threads=n, memory=memory), circuits, symbols, values, readouts, upstream
-            )
-        where = f"the {path} path on {n} thread(s)"
-        np.testing.assert_allclose(block_forward, exact, atol=1e-5, err_msg=where)
-        np.testing.assert_allclose(block_forward, tfq_forward, atol=1e-5, err_msg=where)
-        np.testing.assert_allclose(block @ directions.T, reference, rtol=1e-4, atol=1e-4, err_msg=where)
-        np.testing.assert_allclose(block, adjoint, rtol=tfq_tolerance, atol=tfq_tolerance, err_msg=where)
+        for choice in choice_variants(path):
+            with kernel_on(path):
+                found[path, n] = block_forward, block = forward_and_gradient(
+                    BlockAdjoint(threads=n, memory=memory, choice=choice), circuits, symbols, values, readouts, upstream
+                )
+            where = f"{choice} on {n} thread(s)"
+            np.testing.assert_allclose(block_forward, exact, atol=1e-5, err_msg=where)
+            np.testing.assert_allclose(block_forward, tfq_forward, atol=1e-5, err_msg=where)
+            np.testing.assert_allclose(block @ directions.T, reference, rtol=1e-4, atol=1e-4, err_msg=where)
+            np.testing.assert_allclose(block, adjoint, rtol=tfq_tolerance, atol=tfq_tolerance, err_msg=where)
     return found
+
+
+def choice_variants(path: str) -> list[Choice]:
+    """The planner's choices on `path` that take other code in the kernel, each field's other value in one:
+    the default (the tiles the test set), and the three-multiplication form with the next tile fetched ahead
+    and small pages. (Other tiles only cut other segments, which the tests of tiles cover.)"""
+    default = choices.default()._replace(path=path)
+    return [default, default._replace(form=3, prefetch=True, huge_pages=False)]
 
 
 @contextlib.contextmanager
@@ -348,11 +365,13 @@ def tiles(monkeypatch):
     plans = importlib.import_module("qml_ray.gradients.plan")
 
     def planned_in_tiles_of(bits: int) -> None:
-        monkeypatch.setattr(plans.segments, "TILE_BITS", bits)
+        monkeypatch.setattr(choices, "DEFAULT_TILE_BITS", bits)
         plans._plan.cache_clear()
+        planner.planner.cache_clear()  # its choices made with other tiles
 
     yield planned_in_tiles_of
     plans._plan.cache_clear()  # the plans made with other tiles
+    planner.planner.cache_clear()
 
 
 @pytest.fixture
