@@ -313,7 +313,7 @@ def circuits_main(args) -> None:
         {"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads, "OMP_NUM_THREADS": threads}
     )
     from qml_ray import kernel
-    from qml_ray.bench import circuits, figures
+    from qml_ray.bench import circuits, figures, projection
 
     print(f"block kernel: the {kernel.PATH} path (this CPU has {kernel.cpu_features()})", flush=True)
     probes = []
@@ -330,7 +330,7 @@ def circuits_main(args) -> None:
         )
         if args.peers:
             print(f"    {peers.progress_line(probe['peers'])}", flush=True)
-    headline = next((p for p in probes if p["qubits"] == circuits.HEADLINE.qubits and args.family == "qcnn"), None)
+    headline = next((p for p in probes if p["qubits"] == projection.HEADLINE.qubits and args.family == "qcnn"), None)
     doc = {
         "machine_cpus": os.cpu_count(),
         "threads": args.threads,
@@ -338,7 +338,7 @@ def circuits_main(args) -> None:
         "kernel_path": kernel.PATH,
         "family": args.family,
         "probes": probes,
-        "projection": circuits.project(headline, efficiency, source) if headline else None,
+        "projection": projection.project(headline, efficiency, source) if headline else None,
     }
     folder = write_outputs(args.out, "circuits", doc, circuits.markdown(doc))
     pictures = ", ".join(path.name for path in figures.draw(doc, folder))
