@@ -1,6 +1,6 @@
 """What each Ray Train worker runs: MultiWorkerMirroredStrategy training of the run's model.
 
-The command hands every worker a Job (train.fit); Ray Train sets TF_CONFIG on every worker before
+The command hands every worker a Job (train.job_for); Ray Train sets TF_CONFIG on every worker before
 this runs (tf_backend.py) and hands each worker its shard of the run's Ray Datasets. The worker
 builds the model (the model contract, contract.py), fits it on its shard with the run's callbacks
 (callbacks.py: the epoch lines, metrics.csv, TensorBoard, reports and checkpoints to Ray Train,
@@ -39,7 +39,7 @@ SHUFFLE_ROWS = 10_000  # a worker shuffles its shard's rows within a buffer of t
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """What the driver hands every worker (train.fit): the run's config and folder, each split's
+    """What the driver hands every worker (train.job_for): the run's config and folder, each split's
     rows, the labels' width, whether the data is kept in memory and, if so, each split's table (a Ray
     object ref, which every worker shards; None: the workers draw the QCNN's data set), the data's columns (empty:
     the drawn data set's), the command's console (None: rank 0's lines go to its log) and the model
