@@ -232,12 +232,14 @@ def build_replica(job: Job, strategy: tf.distribute.Strategy, rank: int, local_r
     node) offsets the profiler server's port."""
     import tensorflow as tf
 
+    from qml_ray import replica
+
     tf.get_logger().setLevel("ERROR")
     config = job.config
     if config.profiler_port:
         tf.profiler.experimental.server.start(config.profiler_port + local_rank)
     with strategy.scope():
-        built, gradients = contract.build_with_gradients(config, job.model and contract.unpickled(job.model))
+        built, gradients = replica.build_with_gradients(config, job.model and contract.unpickled(job.model))
         require_outputs(built, job.label_width, config)
         built.optimizer.build(built.trainable_variables)  # so a checkpoint's slots restore now
     if rank == 0:

@@ -15,7 +15,7 @@ import cirq
 import numpy as np
 import tensorflow as tf
 
-from qml_ray import contract, kernel
+from qml_ray import kernel, replica
 from qml_ray.bench import families, peers
 from qml_ray.bench.measure import PeakMemory, seconds_per_call
 from qml_ray.bench.projection import projection_lines
@@ -128,7 +128,7 @@ def one_large_circuit(qubits: int, min_seconds: float = 1.0) -> dict:
     memory above the process's level before the first simulation (in state vectors too), and qsim's best
     forward of the same circuit on as many threads."""
     config, batch = families.qcnn_batch(qubits, 1)
-    model = contract.build(config.replace(differentiator="block"))
+    model = replica.build(config.replace(differentiator="block"))
 
     def forward_and_gradient():
         with tf.GradientTape() as tape:

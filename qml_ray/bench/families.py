@@ -8,7 +8,7 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import contract, data
+from qml_ray import data, replica
 from qml_ray.config import Config
 from qml_ray.gradients import BlockAdjoint
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
@@ -38,7 +38,7 @@ def qcnn_calls(qubits: int, circuits: int) -> tuple[dict, dict]:
     config, batch = qcnn_batch(qubits, circuits)
     calls = {}
     for name in DIFFERENTIATORS:
-        model = contract.build(config.replace(differentiator=name))
+        model = replica.build(config.replace(differentiator=name))
 
         def forward(inputs=batch, model=model):
             return model(inputs, training=False)

@@ -31,11 +31,11 @@ def seconds(fn) -> float:
 
 def qcnn_circuits(qubits: int, circuits: int) -> dict:
     """The QCNN's batch of `circuits` circuits as the block kernel and qsim take them (`model_circuits`)."""
-    from qml_ray import contract
+    from qml_ray import replica
     from qml_ray.bench.families import model_circuits, qcnn_batch
 
     config, batch = qcnn_batch(qubits, circuits)
-    return model_circuits(config, contract.build(config.replace(differentiator="block")), batch)
+    return model_circuits(config, replica.build(config.replace(differentiator="block")), batch)
 
 
 def block_calls(block, whole: dict) -> dict:
