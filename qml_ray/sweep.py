@@ -19,7 +19,7 @@ import yaml
 from ray import tune
 from ray.tune.progress_reporter import TrialProgressCallback
 
-from qml_ray import claims, cli, config as config_lib, contract, interrupts, results, runtime, storage, train
+from qml_ray import claims, cli, config as config_lib, contract, datasets, interrupts, results, runtime, storage, train
 from qml_ray.errors import UsageError, one_line
 
 TUNE_DIR = "tune"  # Ray Tune's experiment state, within the sweep's folder
@@ -207,11 +207,11 @@ def prepare(trials: list[Trial]) -> None:
     for _, group in groups:
         source = None
         for trial in group:
-            if not trial.config.data and not storage.exists(storage.split_path(trial.run, "test")):
+            if not trial.config.data and not storage.exists(storage.split_path(trial.run, "validation")):
                 if source is None:
                     data.write(trial.config, trial.run)
                 else:
-                    for split in data.SPLITS:
+                    for split in datasets.SPLITS:
                         storage.share(storage.split_path(source, split), storage.split_path(trial.run, split))
             source = source or trial.run
             if not storage.exists(storage.join(trial.run, storage.CONFIG)):

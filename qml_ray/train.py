@@ -162,7 +162,7 @@ def prepare_data(config: config_lib.Config, run: str, model: Callable | None = N
     function given as a callable, and the QCNN's generated data set: drawn by the workers when
     kept in memory, else here, by a Ray task) or a resumed one reads back."""
     new = not storage.exists(storage.join(run, datasets.MANIFEST))
-    drawn = not config.data and not storage.exists(storage.split_path(run, "test"))
+    drawn = not config.data and not storage.exists(storage.split_path(run, "validation"))
     if drawn and datasets.generated_fits_in_memory(config):
         rows = dict(zip(datasets.SPLITS, config_lib.split_sizes(config)))
         inputs = RunData(datasets={}, shards=None, rows=rows, label_width=1, in_memory=True)

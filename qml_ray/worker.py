@@ -123,8 +123,7 @@ def kept_shards(job: Job, rank: int, world_size: int) -> dict:
     tables = data.generate(job.config)
     if rank == 0:
         datasets.write_generated(job.config, job.run, tables)
-    splits = zip(datasets.SPLITS, data.SPLITS)
-    return {split: datasets.shard(tables[drawn], rank, world_size) for split, drawn in splits}
+    return {split: datasets.shard(table, rank, world_size) for split, table in tables.items()}
 
 
 def model_feed(job: Job, model: tf.keras.Model, columns: tuple = ()) -> features.Feed:

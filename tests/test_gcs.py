@@ -65,7 +65,7 @@ def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run, sh
     assert parts and "_COMPLETE" in blob_names(out[len(f"gs://{BUCKET}/") :] + "/")
     predicted = pd.concat(storage.read_parquet(f"{out}/{p}").to_pandas() for p in parts).sort_values("id")
 
-    test = storage.read_parquet(storage.split_path(gcs_run, "test"))
+    test = storage.read_parquet(storage.split_path(gcs_run, "validation"))
     trained = load_trained_model(gcs_run)  # downloads the stored weights
     circuits = tf.constant(test.column("circuit").to_pylist())
     expected = trained(circuits).numpy()[:, 0]
