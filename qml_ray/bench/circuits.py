@@ -21,9 +21,8 @@ from qml_ray.bench.measure import PeakMemory, seconds_per_call
 from qml_ray.bench.projection import projection_lines
 from qml_ray.bench.roofline import ROOFLINE_FROM_QUBITS, roofline, roofline_lines
 from qml_ray.bench.traffic import memory_traffic, traffic_lines
-from qml_ray.config import kept_states
 from qml_ray.gradients import BlockAdjoint
-from qml_ray.gradients.memory import state_memory
+from qml_ray.memory import kept_states, state_memory
 
 
 def default_circuits(qubits: int) -> int:
