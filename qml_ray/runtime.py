@@ -9,8 +9,9 @@ import time
 
 import ray
 
-from qml_ray import config, interrupts
+from qml_ray import interrupts
 from qml_ray.errors import EnvironmentProblem, UsageError
+from qml_ray.memory import state_bytes, worker_state_memory
 
 # Seconds between Ray Train's polls of its workers (Ray's default: 2). A worker's ray.train.report
 # waits until the previous report has been collected, so with the default every epoch shorter
@@ -214,14 +215,14 @@ def token_source() -> str:
 
 def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> None:
     """A UsageError unless the cluster's node of most memory holds the state vectors of one process
-    simulating `qubits` qubits on `threads` threads, sized as the process sizes them (`config.state_bytes`
-    in `config.worker_state_memory` of the node's memory and CPUs): as many circuits at once as fit that
+    simulating `qubits` qubits on `threads` threads, sized as the process sizes them (`memory.state_bytes`
+    in `memory.worker_state_memory` of the node's memory and CPUs): as many circuits at once as fit that
     share, so only one circuit too large for it fails; `what` names the process."""
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     hosts = [node for node in nodes if node.get("CPU", 0) >= threads] or nodes  # not a head of no CPUs
     node = max(hosts, key=lambda resources: share_of(resources, threads), default={})
     memory = share_of(node, threads)
-    need = config.state_bytes(qubits, threads, memory)
+    need = state_bytes(qubits, threads, memory)
     if need > memory:
         raise UsageError(
             f"{what}'s state vectors ({qubits} qubits, {threads} thread(s)) need {need / 2**30:.3g} GiB of "
@@ -232,7 +233,7 @@ def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> N
 
 def share_of(resources: dict, threads: int) -> int:
     """The bytes a process of `threads` CPUs on a Ray node of these resources gives its state vectors."""
-    return config.worker_state_memory(resources.get("memory", 0), resources.get("CPU", 0) or threads, threads)
+    return worker_state_memory(resources.get("memory", 0), resources.get("CPU", 0) or threads, threads)
 
 
 def placeable_workers(cpus_per_worker: int) -> int:

@@ -98,7 +98,7 @@ def test_disagreement_beyond_the_tolerance_is_named():
 
 
 def test_projection_spreads_the_headline_over_the_cluster():
-    from qml_ray.bench.circuits import project
+    from qml_ray.bench.projection import project
 
     projection = project(
         {
@@ -138,15 +138,15 @@ def test_bad_input_is_one_line_and_status_2(args, message):
 def test_the_roofline_of_the_kernels_passes(tmp_path):
     """Each pass kind of the kernel (small states, short timings): its operations and bytes per amplitude, its
     rates against this machine's peaks in each place, as a table and a plot."""
-    from qml_ray.bench import circuits, figures
+    from qml_ray.bench import figures, roofline
 
-    found = circuits.roofline(1, (("in cache", 10), ("from memory", 13)), 0.01)
+    found = roofline.roofline(1, (("in cache", 10), ("from memory", 13)), 0.01)
     assert found["peak_flops"] > 0 and found["pass_bandwidth from memory"] > 0
-    assert set(found["kinds"]) == set(circuits.PASS_KINDS)
+    assert set(found["kinds"]) == set(roofline.PASS_KINDS)
     for measured in found["kinds"].values():
         assert measured["in cache"]["bytes"] > 0 and measured["from memory"]["ns_per_amplitude"] > 0
     doc = {"threads": 1, "kernel_path": kernel.PATH, "probes": [{"qubits": 4}, {"qubits": 20, "roofline": found}]}
-    table = "\n".join(circuits.roofline_lines(doc["probes"]))
+    table = "\n".join(roofline.roofline_lines(doc["probes"]))
     assert "| relabelling | 0, 16 | " in table and "a state of 10 qubits in a core's cache" in table
     figures.plot_roofline(doc, tmp_path / "roofline.png")
     assert (tmp_path / "roofline.png").stat().st_size > 0

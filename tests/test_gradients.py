@@ -17,7 +17,7 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import choices, config, kernel
+from qml_ray import choices, kernel, memory as state_model
 from qml_ray.choices import Choice
 from qml_ray.gradients import (
     BlockAdjoint,
@@ -177,7 +177,7 @@ def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, states, k
     values = rng.uniform(-2, 2, size=(3, len(symbols)))
     readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
     upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
-    memory = states * config.AMPLITUDE_BYTES * 2**9
+    memory = states * state_model.AMPLITUDE_BYTES * 2**9
     final_states, from_kept = process_final_states(1, memory), []
     take = final_states.take
 
@@ -223,7 +223,7 @@ def test_only_a_forward_a_gradient_may_follow_keeps_its_states():
 def test_final_states_are_kept_while_the_memory_holds_them():
     """Final states are kept while they fit the memory beside the circuits in flight (2 states each, one per
     thread while each fits with its kept state); the oldest go first."""
-    states = FinalStates(threads=2, memory=16 * config.AMPLITUDE_BYTES * 2**23)
+    states = FinalStates(threads=2, memory=16 * state_model.AMPLITUDE_BYTES * 2**23)
     for qubits, kept in ((23, 12), (25, 2)):  # 16 states of 23 qubits: 2 circuits in flight; 4 of 25: one
         state = np.empty((2, 2**qubits), np.float32)  # pages never touched: no memory taken
         for key in range(kept + 3):
@@ -236,14 +236,17 @@ def test_the_memory_rule_of_a_16_vcpu_64_gib_node():
     state) one circuit per thread and 690 kept states; 28 qubits (2 GiB) 7 circuits at once and 8 kept states;
     30 qubits (8 GiB) one circuit and 3 kept states; with no bound, every state is kept."""
     gib = 2**30
-    memory = config.worker_state_memory(64 * gib, 16, 15)
+    memory = state_model.worker_state_memory(64 * gib, 16, 15)
     assert memory == 45 * gib
     for qubits, at_once, kept in ((23, 15, 690), (28, 7, 8), (30, 1, 3)):
-        one = config.AMPLITUDE_BYTES * 2**qubits
-        assert (config.circuits_at_once(one, 15, memory), config.kept_states(15, one, memory)) == (at_once, kept)
-        assert config.state_bytes(qubits, 15, memory) == (2 * at_once + kept) * one <= memory
-    assert config.kept_states(15, 8 * 2**32, 15 * gib) == 0  # 32 qubits: one circuit, nothing kept
-    assert config.kept_states(2, 8 * 2**23) == sys.maxsize
+        one = state_model.AMPLITUDE_BYTES * 2**qubits
+        assert (state_model.circuits_at_once(one, 15, memory), state_model.kept_states(15, one, memory)) == (
+            at_once,
+            kept,
+        )
+        assert state_model.state_bytes(qubits, 15, memory) == (2 * at_once + kept) * one <= memory
+    assert state_model.kept_states(15, 8 * 2**32, 15 * gib) == 0  # 32 qubits: one circuit, nothing kept
+    assert state_model.kept_states(2, 8 * 2**23) == sys.maxsize
 
 
 def test_one_circuit_shared_between_threads():
@@ -301,7 +304,7 @@ def test_a_batch_fills_the_threads_by_size(monkeypatch, states, slots):
     circuits in flight (2 states each) and the kept states never hold more states than the memory; the values
     equal one thread's with no bound within 1e-6."""
     circuits, symbols, values, readouts, upstream = ladder_batch(16, 3, seed=3)
-    one_state = config.AMPLITUDE_BYTES * 2**16
+    one_state = state_model.AMPLITUDE_BYTES * 2**16
     adjoint = BlockAdjoint(threads=3, memory=states * one_state)
     assert adjoint.slots(3, 16) == slots and adjoint.slots(1, 16) == [3]
     held, parts_seen = count_states(monkeypatch, adjoint._states)
@@ -335,7 +338,7 @@ def test_the_differentiators_of_a_process_share_its_memory(monkeypatch):
     and kept states together never hold more than the 6 states (each alone would run 2 circuits at once); the
     values equal one thread's within 1e-6."""
     circuits, symbols, values, readouts, upstream = ladder_batch(16, 3, seed=4)
-    memory = 6 * config.AMPLITUDE_BYTES * 2**16
+    memory = 6 * state_model.AMPLITUDE_BYTES * 2**16
     first, second = BlockAdjoint(threads=3, memory=memory), BlockAdjoint(threads=3, memory=memory)
     assert first._states is second._states and first.slots(3, 16) == [2, 1]
     programs, names = tfq.convert_to_tensor(circuits).numpy(), np.array([str(s).encode() for s in symbols])

@@ -16,7 +16,7 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import config as config_lib, contract, storage
+from qml_ray import config as config_lib, replica, storage
 from qml_ray.worker import record_gradients
 
 from conftest import TUTORIAL, run_command
@@ -31,8 +31,8 @@ def built(model, differentiator: str) -> tuple:
     """The model (a MODULE:FUNCTION or a function) as the contract builds it, and its gradients."""
     config = config_lib.Config(differentiator=differentiator)
     if isinstance(model, str):
-        return contract.build_with_gradients(config.replace(model=model))
-    return contract.build_with_gradients(config, model)
+        return replica.build_with_gradients(config.replace(model=model))
+    return replica.build_with_gradients(config, model)
 
 
 def loss_gradients(model, circuits, labels) -> list[np.ndarray]:

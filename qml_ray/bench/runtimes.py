@@ -114,9 +114,9 @@ def measure(case: Case, config_path: Path, folder: Path, name: str, timeout: flo
 
 
 def split_sizes(folder: Path, name: str) -> tuple[int, int]:
-    """Training and test examples of a finished run under `folder`."""
+    """Training and validation examples of a finished run under `folder`."""
     run = str(folder / "runs" / name)
-    return tuple(pq.read_metadata(storage.split_path(run, split)).num_rows for split in ("train", "test"))
+    return tuple(pq.read_metadata(storage.split_path(run, split)).num_rows for split in ("train", "validation"))
 
 
 def run_all(

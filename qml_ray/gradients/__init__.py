@@ -25,10 +25,9 @@ import tensorflow_quantum as tfq
 from tensorflow.python.eager import record
 from tensorflow_quantum.python.differentiators import differentiator
 
-from qml_ray.config import AMPLITUDE_BYTES, IN_FLIGHT_STATES, circuits_at_once, kept_states
 from qml_ray.gradients import planner
-from qml_ray.gradients.memory import state_memory
 from qml_ray.gradients.plan import Choice, UnsupportedGate, canonical, canonical_plan
+from qml_ray.memory import AMPLITUDE_BYTES, IN_FLIGHT_STATES, circuits_at_once, kept_states, state_memory
 
 __all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads", "process_final_states"]
 
@@ -76,7 +75,7 @@ NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes 
 
 class FinalStates:
     """The final states of the latest forward passes that a gradient may follow (LRU), as many as
-    `config.kept_states` allows on `threads` threads with `memory` bytes for the states (None: no bound), each
+    `memory.kept_states` allows on `threads` threads with `memory` bytes for the states (None: no bound), each
     taken once by the gradient of the same circuit at the same values: in a training step the gradient follows
     its forward, and its sweep then starts from the state instead of simulating the circuit again (one of the
     about 4 forwards' worth of work a circuit's forward + gradient costs). A worker holds the kept states, and
@@ -260,7 +259,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
     def slots(self, circuits: int, qubits: int) -> list[int]:
         """The threads of each circuit a batch of `circuits` circuits of up to `qubits` qubits runs at once:
-        as many circuits as `config.circuits_at_once` fits in the memory (one per thread while they fit), no more
+        as many circuits as `memory.circuits_at_once` fits in the memory (one per thread while they fit), no more
         than the batch has, the threads shared between them as evenly as they divide."""
         at_once = min(circuits, circuits_at_once(AMPLITUDE_BYTES * 2**qubits, self.threads, self.memory))
         share, more = divmod(self.threads, at_once)
