@@ -125,7 +125,14 @@ def main(argv=None) -> None:
         if peers.missing():
             raise UsageError(f"against qsim needs {', '.join(peers.missing())}, not installed: {peers.INSTALL}")
         found = against_qsim(args.qubits, args.circuits, args.rounds)
-    print(json.dumps(found), flush=True)
+    print(json.dumps(found | planned()), flush=True)
+
+
+def planned() -> dict:
+    """The CPU, and the planner's lines: the choice the block kernel ran with at each shape, measured or cached."""
+    from qml_ray.gradients import planner
+
+    return {"cpu": planner.machine()["cpu"], "kernel_plan": planner.planner().said()}
 
 
 if __name__ == "__main__":

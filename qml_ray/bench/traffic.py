@@ -4,22 +4,35 @@ it reaches in the measured times, and the share of a state-sized in-place pass's
 import numpy as np
 
 from qml_ray.bench.measure import pass_bandwidth
+from qml_ray.choices import Choice
 from qml_ray.gradients.plan import plan
 
 
-def forward_bytes(whole: dict) -> float:
+def forward_bytes(whole: dict, choice: Choice | None = None) -> float:
     """Bytes the block kernel's forward moves per circuit (mean over the batch): each pass over the state (the
     start's, a segment's: one block, or several applied tile by tile; or a relabelling) reads and writes it
     once (complex64, padded to the kernel's least qubits); a masked block's, the cache lines (of 16 amplitudes
-    per plane) holding its matching amplitudes: half for each control bit above the lowest 4."""
+    per plane) holding its matching amplitudes: half for each control bit above the lowest 4. Planned as
+    `choice` has it (default: the default choice)."""
     moved = []
     for program in whole["programs"]:
-        circuit = plan(program, tuple(s.decode() for s in whole["names"])).circuit
+        circuit = plan(program, tuple(s.decode() for s in whole["names"]), choice).circuit
         masks = circuit.block_mask[circuit.segments[:-1]]  # a masked block is a segment of its own
         segments = sum(0.5 ** bin(int(mask) >> 4).count("1") for mask in masks)
-        passes = 1 + segments + int(np.count_nonzero(circuit.relabel >= 0))  # the start's, segments', relabellings'
+        passes = 1 + segments + relabelling_passes(circuit)  # the start's, segments', relabellings'
         moved.append(2 * 8 * 2**circuit.qubits * passes)
     return float(np.mean(moved))
+
+
+def relabelling_passes(circuit) -> int:
+    """The relabellings that take a pass of their own: all but those a segment does tile by tile (it starts
+    with them, and they leave its window's bits alone)."""
+    in_tiles = 0
+    for s, window in enumerate(circuit.windows):
+        row = circuit.relabel[circuit.segments[s]]
+        bits = [bit for bit in range(circuit.qubits) if (int(window) >> bit) & 1]
+        in_tiles += bool(row >= 0 and window and all(circuit.bit_maps[row][bit] == bit for bit in bits))
+    return int(np.count_nonzero(circuit.relabel >= 0)) - in_tiles
 
 
 def memory_traffic(whole: dict, result: dict, state_bytes: int, kept: float) -> dict:
