@@ -188,7 +188,8 @@ def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, states, k
 
     monkeypatch.setattr(final_states, "take", counted)
     check(circuits, symbols, values, readouts, upstream, threads=(1,), memory=memory)
-    assert from_kept == ([False] * (3 - kept) + [True] * kept) * len(kernel.supported_paths())
+    runs = len(kernel.supported_paths()) * len(choice_variants(kernel.PATH))
+    assert from_kept == ([False] * (3 - kept) + [True] * kept) * runs
 
 
 def test_only_a_forward_a_gradient_may_follow_keeps_its_states():
@@ -288,8 +289,9 @@ def count_states(monkeypatch, final_states: FinalStates) -> tuple[list, set]:
 
         return run
 
-    monkeypatch.setattr(kernel, "circuit_expectations", counted(kernel.circuit_expectations, 4))
-    monkeypatch.setattr(kernel, "circuit_gradient", counted(kernel.circuit_gradient, 5))
+    running = kernel.compiled(kernel.PATH)  # the module the plans' default choice runs on
+    monkeypatch.setattr(running, "circuit_expectations", counted(running.circuit_expectations, 4))
+    monkeypatch.setattr(running, "circuit_gradient", counted(running.circuit_gradient, 5))
     return held, parts_seen
 
 
