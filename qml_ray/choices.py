@@ -1,6 +1,7 @@
 """What the block kernel's plan leaves to the CPU: the choices that give the same numbers, each faster on some
 machines than on others, which `qml_ray.gradients.planner` measures (docs/kernel-notes.md#the-planner). No
-TensorFlow here, so the commands check a config's `kernel_plan` before anything starts.
+TensorFlow here, and the kernel's module is imported only when asked for (importing it checks
+QML_RAY_KERNEL_PATH), so the commands check a config's `kernel_plan` before anything starts.
 
 A `Choice` is written as words, `avx512 form=4 tiles=16 prefetch=off huge_pages=on`, and read back from any
 subset of them (PLAN_VARIABLE, the config's `kernel_plan`): what it names is fixed, the rest is left to the
@@ -9,7 +10,6 @@ planner.
 
 from typing import NamedTuple
 
-from qml_ray import kernel
 from qml_ray.errors import UsageError
 
 PLAN_VARIABLE = "QML_RAY_KERNEL_PLAN"  # fixes some of the choice's fields (the config's kernel_plan)
@@ -18,13 +18,14 @@ DEFAULT_SECONDS = 10.0
 # A segment's tile: 2^16 amplitudes, 512 KiB (both planes), so it stays in a core's L2 cache while every
 # block of the segment passes over it (plan/segments.py).
 DEFAULT_TILE_BITS = 16
+PATHS = ("avx512", "avx2", "portable")  # the kernel's SIMD builds (CMakeLists.txt), fastest first
 FORMS = (4, 3)  # real multiply-adds a complex product takes in a block's pass: four, or three and an add
 TILES = (15, 16, 17, 18)  # a segment's tiles of 2^bits amplitudes: 256 KiB to 2 MiB with both planes
 SWITCHES = {"on": True, "off": False}
 
 
 class Choice(NamedTuple):
-    path: str  # the SIMD path (kernel.PATHS): avx2 can match avx512 where 512-bit FMAs are split in two
+    path: str  # the SIMD path (PATHS): avx2 can match avx512 where 512-bit FMAs are split in two
     form: int = 4  # FORMS: three multiply-adds where the CPU's adds issue beside its FMAs
     tile_bits: int = DEFAULT_TILE_BITS  # TILES: larger tiles make fewer segments, smaller ones stay in cache
     prefetch: bool = False  # a segment fetches its next tile while its blocks work on one
@@ -40,6 +41,8 @@ class Choice(NamedTuple):
 
 def default() -> Choice:
     """The choice before anything is measured: the process's kernel path and the plan's defaults."""
+    from qml_ray import kernel
+
     return Choice(kernel.PATH, tile_bits=DEFAULT_TILE_BITS)
 
 
@@ -49,7 +52,7 @@ def fixed(text: str, source: str) -> dict:
     fixes = {}
     for word in text.replace(",", " ").split():
         name, _, value = word.partition("=")
-        if not value and name in kernel.PATHS:
+        if not value and name in PATHS:
             name, value = "path", name
         fixes[name] = _field(name, value, source)
     return fixes
@@ -57,7 +60,7 @@ def fixed(text: str, source: str) -> dict:
 
 def _field(name: str, value: str, source: str):
     readers = {
-        "path": (kernel.PATHS, str),
+        "path": (PATHS, str),
         "form": (tuple(map(str, FORMS)), int),
         "tiles": (tuple(map(str, TILES)), int),
         "prefetch": (tuple(SWITCHES), SWITCHES.get),
@@ -71,6 +74,8 @@ def _field(name: str, value: str, source: str):
 
 def runnable(fixes: dict, source: str) -> dict:
     """`fixes`, if this CPU runs the path they name; else a UsageError naming `source`."""
+    from qml_ray import kernel
+
     if fixes.get("path", kernel.PATH) not in kernel.supported_paths():
         runs = ", ".join(kernel.supported_paths())
         raise UsageError(f"{source}: this CPU cannot run the {fixes['path']} path (it runs {runs})")

@@ -12,10 +12,10 @@ import importlib
 import os
 
 from qml_ray import _kernel_portable  # built for any CPU: it tells which paths this one runs
+from qml_ray.choices import PATHS
 from qml_ray.errors import UsageError
 
 PATH_VARIABLE = "QML_RAY_KERNEL_PATH"
-PATHS = ("avx512", "avx2", "portable")
 supported_paths, cpu_features = _kernel_portable.supported_paths, _kernel_portable.cpu_features
 
 
