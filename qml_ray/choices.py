@@ -22,6 +22,9 @@ PATHS = ("avx512", "avx2", "portable")  # the kernel's SIMD builds (CMakeLists.t
 FORMS = (4, 3)  # real multiply-adds a complex product takes in a block's pass: four, or three and an add
 TILES = (15, 16, 17, 18)  # a segment's tiles of 2^bits amplitudes: 256 KiB to 2 MiB with both planes
 SWITCHES = {"on": True, "off": False}
+# How a batch's circuits share a worker's threads, where the memory holds several at once: side by side, one a
+# thread; or one at a time on every thread (shared), where they would contend for the memory's bandwidth.
+SPREADS = ("side-by-side", "shared")
 
 
 class Choice(NamedTuple):
@@ -65,11 +68,12 @@ def _field(name: str, value: str, source: str):
         "tiles": (tuple(map(str, TILES)), int),
         "prefetch": (tuple(SWITCHES), SWITCHES.get),
         "huge_pages": (tuple(SWITCHES), SWITCHES.get),
+        "spread": (SPREADS, str),
     }
     if name not in readers or value not in readers[name][0]:
         allowed = "; ".join(f"{key}={'|'.join(values)}" for key, (values, _) in readers.items())
         raise UsageError(f"{source}: cannot read {name}={value or '?'} (it takes {allowed})")
-    return readers[name][1](value) if name != "tiles" else int(value)
+    return readers[name][1](value)
 
 
 def runnable(fixes: dict, source: str) -> dict:
@@ -83,5 +87,6 @@ def runnable(fixes: dict, source: str) -> dict:
 
 
 def with_fixes(choice: Choice, fixes: dict) -> Choice:
-    """`choice` with the fields `fixes` (from `fixed`) names set."""
-    return choice._replace(**{("tile_bits" if name == "tiles" else name): value for name, value in fixes.items()})
+    """`choice` with the fields `fixes` (from `fixed`) names set (`spread` is a batch's, not a plan's)."""
+    fields = {("tile_bits" if name == "tiles" else name): value for name, value in fixes.items() if name != "spread"}
+    return choice._replace(**fields)

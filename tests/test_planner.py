@@ -116,3 +116,26 @@ def test_block_adjoint_runs_the_planners_choice(qcnn, tmp_path, monkeypatch):
         assert "form=3" in line and "not measured" in line  # the tests' budget is 0 (conftest)
     finally:
         planner.planner.cache_clear()
+
+
+def test_a_batch_spreads_as_measured_or_fixed(qcnn, tmp_path, monkeypatch):
+    """On 2 threads, 2 circuits side by side against one at a time on both threads: the faster kept (within 3%),
+    with its seconds, in the shape's record; a fixed spread is kept unmeasured; BlockAdjoint's batch spread
+    either way gives the same values."""
+    program, names, values, sums = qcnn
+    cache = tmp_path / "plans.json"
+    spread = planner.Planner({}, 60, cache).spread(program, names, sums, 2)
+    record = json.loads(cache.read_text())["shapes"][str(planner.Shape(*planner.size(program, names), 2))]
+    seconds = record["spread_seconds"]
+    assert record["spread"] == spread and set(seconds) == set(choices.SPREADS)
+    assert seconds[spread] <= min(seconds.values()) / 0.97
+    fixed = planner.Planner({"spread": "shared"}, 60, tmp_path / "other.json")
+    assert fixed.spread(program, names, sums, 2) == "shared" and not (tmp_path / "other.json").exists()
+    batch = (np.array([program] * 2), np.array([n.encode() for n in names]), np.stack([values, -values]))
+    found = []
+    for way in choices.SPREADS:
+        monkeypatch.setenv(choices.PLAN_VARIABLE, f"spread={way}")
+        planner.planner.cache_clear()
+        found.append(BlockAdjoint(threads=2).expectations(*batch, np.stack([sums] * 2), keep_states=False))
+    planner.planner.cache_clear()
+    np.testing.assert_allclose(found[0], found[1], atol=1e-6)

@@ -8,6 +8,7 @@ only what is missing; a damaged or foreign file is ignored with one warning. `QM
 `kernel_plan`) fixes any of the choice's fields, and `QML_RAY_KERNEL_PATH` its path.
 """
 
+import concurrent.futures
 import contextlib
 import fcntl
 import functools
@@ -17,7 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import pydantic
@@ -41,12 +42,15 @@ class Shape(NamedTuple):
 
 
 class Record(pydantic.BaseModel):
-    """What is known of a shape: the best choice so far, the seconds of each choice measured, the fields tried."""
+    """What is known of a shape: the best choice so far, the seconds of each choice measured, the fields tried;
+    on several threads, how a batch spreads over them (`choices.SPREADS`) and the seconds of each spread."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
     best: str
     seconds: dict[str, float]
     tried: list[str]
+    spread: Literal[choices.SPREADS] | None = None
+    spread_seconds: dict[str, float] = {}
 
 
 class CacheFile(pydantic.BaseModel):
@@ -98,7 +102,8 @@ class Planner:
         self.lines: list[str] = []  # what it has to say, for the console (`said`)
         self._records = self._read()
         self._chosen: dict[Shape, Choice] = {}
-        self._lock = threading.Lock()
+        self._spreads: dict[Shape, str] = {}
+        self._lock = threading.RLock()
 
     def choice(self, program: bytes, names: tuple, pauli_sums: np.ndarray, threads: int) -> Choice:
         """The choice for the shape of `program` (canonical) on `threads` threads: known, or measured now."""
@@ -108,6 +113,40 @@ class Planner:
             if shape not in self._chosen:
                 self._chosen[shape] = self._plan(shape, default, program, names, pauli_sums)
             return self._chosen[shape]
+
+    def spread(self, program: bytes, names: tuple, pauli_sums: np.ndarray, threads: int) -> str:
+        """How a batch of circuits of `program`'s shape spreads over `threads` threads, where the memory holds
+        that many at once: fixed, known, or measured now (`threads` circuits side by side, one a thread, against
+        as many one after another on every thread, each under its shape's choice)."""
+        shape = Shape(*size(program, names), threads)
+        with self._lock:
+            if shape not in self._spreads:
+                self._spreads[shape] = self._measure_spread(shape, program, names, pauli_sums)
+            return self._spreads[shape]
+
+    def _measure_spread(self, shape: Shape, program: bytes, names: tuple, pauli_sums) -> str:
+        if "spread" in self.fixes:
+            return self.fixes["spread"]
+        alone, shared = (self.choice(program, names, pauli_sums, n) for n in (1, shape.threads))
+        known = self._records.get(str(shape))
+        if known and known.spread:
+            return known.spread
+        if self.seconds <= 0:
+            return choices.SPREADS[0]
+        one, every = Timer(program, names, pauli_sums, 1), Timer(program, names, pauli_sums, shape.threads)
+        with concurrent.futures.ThreadPoolExecutor(shape.threads) as pool:
+            started = time.perf_counter()
+            list(pool.map(lambda _: one(alone), range(shape.threads)))
+            side_by_side = time.perf_counter() - started
+        seconds = {"side-by-side": side_by_side, "shared": sum(every(shared) for _ in range(shape.threads))}
+        spread = "shared" if seconds["shared"] < BETTER * seconds["side-by-side"] else "side-by-side"
+        base = self._records.get(str(shape)) or Record(best=str(shared), seconds={}, tried=[])
+        self._save(shape, base.model_copy(update={"spread": spread, "spread_seconds": seconds}))
+        self.lines.append(
+            f"kernel plan for {shape}: a batch {spread} ({shape.threads} circuits in {seconds['side-by-side']:.3g} s "
+            f"side by side, {seconds['shared']:.3g} s one at a time on every thread)"
+        )
+        return spread
 
     def said(self) -> list[str]:
         """The lines it has to say since it was last asked (the choices made, a cache ignored)."""
