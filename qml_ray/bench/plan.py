@@ -1,6 +1,6 @@
 """What the block kernel's planner chooses on this machine and why, and the roofline it chooses against: the
-machine's memory bandwidth (a STREAM-like triad) and FMA peak on 1 and 2 threads, and at each size the QCNN's
-forward against them, with its passes over memory and its multiply-adds.
+machine's memory bandwidth (a STREAM-like triad) and FMA peak on 1 and 2 threads, and at each size each kind of
+the kernel's pass, and the QCNN's whole forward (its passes over memory and its multiply-adds), against them.
 
     python -m qml_ray.bench.plan 20 26 28 --threads 1,2 --seconds 60 --out plan.json
 
@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from qml_ray import cli, kernel
+from qml_ray.bench import roofline
 from qml_ray.errors import UsageError
 
 TRIAD_FLOATS = 2**26  # three arrays of 256 MiB: far beyond any cache
@@ -48,7 +49,9 @@ def planned(qubits: int, threads: int, seconds: float) -> dict:
         choice = planner.Planner({}, seconds, cache).choice(program, names, whole["pauli_sums"][0], threads)
         record = planner.CacheFile.model_validate_json(cache.read_text()).shapes.popitem()[1]
     circuit = canonical_plan(program, names, choice).circuit
+    passes = {kind: seconds * 2**qubits for kind, seconds in roofline.pass_seconds(qubits, threads, 0.3).items()}
     return {
+        "pass_seconds": passes,
         "qubits": qubits,
         "threads": threads,
         "choice": str(choice),
@@ -72,6 +75,22 @@ def against_peaks(found: dict, peak: dict) -> dict:
     }
 
 
+def pass_lines(found: dict, peak: dict) -> list[str]:
+    """Each kind of pass over the whole state (`roofline.PASS_KINDS`), against the triad's bandwidth and the FMA
+    peak: the share of each it reaches."""
+    out = []
+    for kind, seconds in found["pass_seconds"].items():
+        flops, moved = roofline.PASS_KINDS[kind]
+        amplitudes = 2 ** found["qubits"]
+        bandwidth = moved * amplitudes / seconds / peak["triad_bytes_per_second"]
+        arithmetic = flops / 2 * amplitudes / seconds / peak["fma_per_second"]
+        out.append(
+            f"  pass {kind}: {seconds * 1e3:.4g} ms, {bandwidth:.0%} of the triad's bandwidth, {arithmetic:.0%} of "
+            "the FMA peak"
+        )
+    return out
+
+
 def lines(found: dict, peak: dict) -> list[str]:
     """What a reader sees of one size: the choice and the others' seconds, and the forward against the roofline."""
     bound = against_peaks(found, peak)
@@ -87,7 +106,7 @@ def lines(found: dict, peak: dict) -> list[str]:
         f"{found['multiply_adds'] / 1e9:.2f} G multiply-adds ({arithmetic:.3g} s at the FMA peak): the forward at "
         f"{bound['of_the_bound']:.0%} of its bound"
     )
-    return out
+    return out + pass_lines(found, peak)
 
 
 def main(argv=None) -> None:
