@@ -204,3 +204,31 @@ def test_side_by_side_bad_input(args):
 
     with pytest.raises(UsageError, match="qubits must be 4 to 30"):
         side_by_side.main(args)
+
+
+def test_plan_says_what_it_chose_and_why(tmp_path, capsys):
+    """bench.plan at 16 qubits on 1 and 2 threads: the machine's line, each thread count's triad bandwidth and FMA
+    peak, each size's choice with every measured choice's seconds (fastest first), the forward and each pass
+    kind against the roofline; the same as JSON."""
+    from qml_ray.bench import plan, roofline
+    from qml_ray.gradients.planner import machine
+
+    plan.main(["16", "--threads", "1,2", "--seconds", "1", "--out", str(tmp_path / "plan.json")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(machine()["cpu"]) and "triad" in out[1] and "FMA peak" in out[2]
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert [(size["qubits"], size["threads"]) for size in doc["sizes"]] == [(16, 1), (16, 2)]
+    for size in doc["sizes"]:
+        seconds = list(size["seconds"].values())
+        assert seconds == sorted(seconds) and size["choice"] in size["seconds"] and size["of_the_bound"] > 0
+        assert set(size["pass_seconds"]) == set(roofline.PASS_KINDS)
+    assert sum(line.startswith("16 qubits") for line in out) == 2 and sum("pass block:" in line for line in out) == 2
+
+
+@pytest.mark.parametrize("args", [["40"], ["20", "--threads", "0"], ["20", "--seconds", "0"]])
+def test_plan_bad_input(args):
+    from qml_ray.bench import plan
+    from qml_ray.errors import UsageError
+
+    with pytest.raises(UsageError, match="qubits must be 16 to 30"):
+        plan.main(args)
