@@ -35,6 +35,7 @@ def test_the_supported_pythons_are_the_ones_the_readme_names():
     assert "Python 3.11 or 3.12 on Linux" in (ROOT / "README.md").read_text()
 
 
+@pytest.mark.core
 def test_seeded_tf_keras_builds_layers_with_the_seeds_of_python_3_11():
     """After set_random_seed, tf-keras draws layer seeds with randint(1, 1e9): the same numbers as
     random.Random(seed) with whole bounds (Python 3.11's), and a layer builds (Python 3.12 refused it)."""
