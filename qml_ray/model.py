@@ -32,6 +32,8 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
+from qml_ray import keras_seeds  # noqa: F401  (the QCNN seeds tf-keras: see keras_seeds)
+
 tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
 
 CONV_PARAMS = 15

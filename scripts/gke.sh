@@ -17,6 +17,7 @@ CLUSTER=${CLUSTER:-qml-ray}                     # GKE cluster name
 BUCKET=${BUCKET:-${PROJECT}-qml-ray}            # Cloud Storage bucket for the runs
 REPOSITORY=${REPOSITORY:-qml-ray}               # Artifact Registry repository for the image
 IMAGE=${IMAGE:-${REGION}-docker.pkg.dev/${PROJECT}/${REPOSITORY}/qml-ray:0.1.0}
+IMAGE_PYTHON=${IMAGE_PYTHON:-py311}             # the image's Python (cluster/Dockerfile): py311 or py312
 HEAD_MACHINE=${HEAD_MACHINE:-e2-standard-8}     # on-demand node for the Ray head and TensorBoard
 WORKER_MACHINE=${WORKER_MACHINE:-c2-standard-16}  # spot nodes, one Ray worker pod (15 CPUs, 45Gi) each
 MAX_WORKER_NODES=${MAX_WORKER_NODES:-47}        # upper bound of the spot pool's autoscaling
@@ -59,7 +60,7 @@ up() {
   # The image, and the digest it was pushed as: the manifests name the image by it.
   gcloud artifacts repositories create "$REPOSITORY" --repository-format docker --location "$REGION"
   gcloud auth configure-docker "${REGION}-docker.pkg.dev" --quiet
-  docker build -f cluster/Dockerfile -t "$IMAGE" .
+  docker build -f cluster/Dockerfile --build-arg PYTHON="$IMAGE_PYTHON" -t "$IMAGE" .
   docker push "$IMAGE"
   local digest
   digest=$(gcloud artifacts docker images describe "$IMAGE" --format 'value(image_summary.digest)')

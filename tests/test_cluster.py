@@ -16,17 +16,24 @@ import kubernetes_validate
 import pytest
 import ray
 import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from qml_ray import cluster, config as config_lib, hardening
 
 from conftest import ROOT, require, run_command
 
 # the Ray the project pins, written by hand: the rendered clusters must run the same
-PINNED_RAY = re.search(r'"ray\[[^\]]*\]==([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+[PINNED_RAY] = [
+    str(pin.specifier).removeprefix("==")
+    for pin in map(Requirement, PYPROJECT["project"]["dependencies"])
+    if pin.name == "ray"
+]
 
 CRDS = Path(os.environ.get("KUBERAY_CRDS", ROOT.parent / "shared" / "kuberay-crds"))
 CHECKOV = Path(os.environ.get("CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
-CHECKOV_PIN = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["checkov"][0]
+CHECKOV_PIN = PYPROJECT["dependency-groups"]["checkov"][0]
 CHECKOV_ACCEPTED = ROOT / "cluster" / "checkov-accepted.yaml"
 CHECKED_IN = ROOT / "cluster" / "qcnn-23q.yaml"
 # The documented defaults that cluster/qcnn-23q.yaml is rendered with (see docs/gke.md).
@@ -230,16 +237,19 @@ def test_training_job_carries_the_users_model_data_and_params():
 
 def test_image_and_project_use_the_same_ray_and_python():
     dockerfile = (ROOT / "cluster" / "Dockerfile").read_text()
-    assert f"FROM rayproject/ray:{ray.__version__}-py311-cpu" in dockerfile
+    [python] = re.findall(r"^ARG PYTHON=py3(\d+)$", dockerfile, re.MULTILINE)  # the default; any supported one
+    assert f"3.{python}" in SpecifierSet(PYPROJECT["project"]["requires-python"])
+    base = f"rayproject/ray:{ray.__version__}-${{PYTHON}}-cpu"
+    assert dockerfile.count(f"\nFROM {base}") == 2
     assert f"WORKDIR {cluster.IMAGE_HOME}" in dockerfile and "COPY --chown=ray:users configs ./configs" in dockerfile
     assert dockerfile.rstrip().endswith("\nUSER 1000:100")  # the pods' runAsUser and runAsGroup
     builder, image = dockerfile.split("\nFROM ")[-2:]  # the kernel compiled in a builder stage, no compiler after
     assert "install -y --no-install-recommends g++" in builder and "pip wheel" in builder
-    assert image.startswith(f"rayproject/ray:{ray.__version__}-py311-cpu\n") and "--from=builder" in image
+    assert image.startswith(f"{base}\n") and "--from=builder" in image
     assert "g++" not in image.replace("command -v g++", "")
     ignored = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if not line.startswith("#")]
     assert ignored[0] == "*" and all(line.startswith(("!", "**/")) for line in ignored[1:])  # an allow-list
-    assert f'"ray[train,data,default]=={ray.__version__}"' in (ROOT / "pyproject.toml").read_text()
+    assert ray.__version__ == PINNED_RAY
 
 
 def test_render_command_prints_or_writes_the_manifests(tmp_path):

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -20,6 +21,7 @@ def epoch_lines(output: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in re.findall(r"\bepoch (\d+)/(\d+)\s+loss", output)]
 
 
+@pytest.mark.core
 def test_training_learns_and_fills_the_run_folder(trained_run):
     run = trained_run.path
     history = pd.read_csv(run / "metrics.csv")
@@ -42,6 +44,7 @@ def test_training_learns_and_fills_the_run_folder(trained_run):
     ]
 
 
+@pytest.mark.core
 def test_console_shows_one_line_per_epoch_and_nothing_of_ray_or_tensorflow(trained_run):
     assert epoch_lines(trained_run.output) == [(e, EPOCHS) for e in range(1, EPOCHS + 1)]
     lines = trained_run.output.splitlines()  # stdout and stderr
@@ -50,6 +53,7 @@ def test_console_shows_one_line_per_epoch_and_nothing_of_ray_or_tensorflow(train
     assert not [line for line in lines if re.search(r"pid=|E0000|WARNING|INFO|Reporting training result", line)]
 
 
+@pytest.mark.core
 def test_tensorboard_has_per_epoch_scalars_and_readout_histogram(trained_run):
     events = EventAccumulator(str(trained_run.path / "tensorboard"), size_guidance={"tensors": 0})
     events.Reload()
@@ -58,6 +62,7 @@ def test_tensorboard_has_per_epoch_scalars_and_readout_histogram(trained_run):
     assert [event.step for event in events.Tensors("val_accuracy")] == list(range(1, EPOCHS + 1))
 
 
+@pytest.mark.core
 def test_inference_equals_in_process_prediction(trained_run):
     run = trained_run.path
     done = run_command("infer", "--run", run, "--actors", 1, "--batch-size", 5)

@@ -78,6 +78,7 @@ def central_differences(loss, weights: list[np.ndarray]) -> list[np.ndarray]:
     return found
 
 
+@pytest.mark.core
 def test_the_controllers_gradient_through_the_block_method():
     """The classical weights' gradient flows back through the symbol values of each example: as central
     differences in double precision have it, BlockAdjoint (in double precision inside) within 2e-6, and
@@ -97,6 +98,7 @@ def test_the_controllers_gradient_through_the_block_method():
     assert max(np.abs(g).max() for g in oracle) > 0.01  # the weights do move the loss
 
 
+@pytest.mark.core
 def test_the_reuploading_pqc_and_a_bare_expectation_take_the_block_gradient():
     """Symbol values from the model's layers: the re-uploading PQC's joined rotations and scaled
     features, and a bare Expectation fed a Dense layer's output; every trainable weight's gradient and
@@ -150,6 +152,7 @@ def inputs(**shapes) -> tuple[features.ModelInput, ...]:
     )
 
 
+@pytest.mark.core
 def test_named_inputs_take_their_columns_and_one_unnamed_input_takes_circuit():
     data = columns(id=pa.int64(), circuits_input=pa.binary(), commands_input=pa.float32(), label=pa.float32())
     feed = features.feed(inputs(circuits_input="circuits", commands_input=(1,)), data, "d")

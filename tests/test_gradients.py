@@ -147,6 +147,7 @@ def kernel_on(path: str):
         kernel.use(before)
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("qubits, layers", [(4, 1), (4, 2), (5, 3), (8, 1), (8, 3), (11, 1), (11, 2)])
 def test_qcnn_gradients(qubits, layers):
     rng = np.random.default_rng(qubits * 10 + layers)
@@ -250,6 +251,7 @@ def test_the_memory_rule_of_a_16_vcpu_64_gib_node():
     assert state_model.kept_states(2, 8 * 2**23) == sys.maxsize
 
 
+@pytest.mark.core
 def test_one_circuit_shared_between_threads():
     """A batch of one 16-qubit circuit on 2 threads cuts every pass of the circuit in two: the values
     still equal cirq's, central differences and TFQ's; and on 1, 2 or 3 threads they agree within 1e-6, on
@@ -701,6 +703,7 @@ def random_readouts(rng, qubits):
     return [cirq.Z(a), 0.5 * cirq.X(a) * cirq.Y(b) - 1.5 * cirq.Z(b) * cirq.Z(c), -0.8 * cirq.Y(c) * cirq.X(b)]
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("qubits", [3, 4, 5, 6, 8])
 def test_random_circuits_of_every_gate_family(qubits):
     rng = np.random.default_rng(qubits)
@@ -714,6 +717,7 @@ def test_random_circuits_of_every_gate_family(qubits):
     check(circuits, SYMBOLS, values, readouts, upstream, tfq_tolerance=1e-3)
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("qubits", [6, 12])
 def test_every_path_against_cirq(path_kernel, qubits):
     """Random circuits of every gate family straight through each path's kernel, whole and in 2 parts:
@@ -854,6 +858,7 @@ def test_tfq_random_circuits_with_controls(qubits, moments):
     check(circuits, sympy.symbols(names), values, readouts, rng.uniform(-1, 1, size=(2, 3)), tfq_tolerance=1e-3)
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("controls", [0, 1, 2, 3])
 def test_every_tfq_gate_with_controls(controls):
     """Each gate of tfq.util.get_supported_gates() (identity included) with a symbol and `controls` controls of

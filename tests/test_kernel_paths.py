@@ -33,6 +33,7 @@ def chosen_in_a_new_process(path: str | None) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.core
 def test_the_fastest_path_is_chosen_and_every_supported_one_can_be_forced():
     flags = cpuinfo_flags() if ON_X86 else set()
     expected = [path for path, needs in X86_PATHS if ON_X86 and needs <= flags] + ["portable"]

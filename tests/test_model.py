@@ -81,6 +81,7 @@ def test_headline_23_qubit_model_builds():
     assert model.count_params() == max_layers(23) * (CONV_PARAMS + POOL_PARAMS) + (1 * 8 + 8) + 9
 
 
+@pytest.mark.core
 def test_pqc_expectations_equal_cirq_simulator():
     config = Config(qubits=4)
     model = replica.build(config)

@@ -41,6 +41,7 @@ def loss_gradients(model, circuits, labels) -> list[np.ndarray]:
     return [gradient.numpy() for gradient in tape.gradient(loss, model.trainable_variables)]
 
 
+@pytest.mark.core
 @pytest.mark.parametrize(
     "example, spec",
     [("hea_classifier", "examples.hea_classifier:classifier"), ("regression", "examples.regression:regressor")],
