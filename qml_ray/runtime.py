@@ -1,6 +1,7 @@
 """Joining Ray and fitting work to it: the local default, an existing cluster, worker threads."""
 
 import atexit
+import contextlib
 import math
 import os
 import socket
@@ -127,6 +128,23 @@ def reservations_of_ended_jobs(address: str) -> list:
 ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}  # a job's status once its driver has gone
 LISTED = 10_000  # the most jobs, actors and placement groups listed (Ray's default: 100)
 STATE_SECONDS = 10  # the longest each list may take
+
+
+@contextlib.contextmanager
+def process_as_found():
+    """The caller's environment variables and working folder put back as they were when the block ends:
+    joining Ray, Ray Train and Ray Tune take settings from this process's environment, and Tune from its
+    working folder, which a notebook or script calling qml_ray would otherwise carry on with."""
+    environment, folder = dict(os.environ), os.getcwd()
+    try:
+        yield
+    finally:
+        os.chdir(folder)
+        for key in set(os.environ) - set(environment):
+            del os.environ[key]
+        for key, value in environment.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
 
 
 def leave() -> None:

@@ -281,7 +281,14 @@ def trial_row(trial: Trial, error: str = "") -> dict:
 
 
 def run_tune(sweep: str, trials: list[Trial], at_once: int, metric: str, early_stop: bool, resume: bool):
-    """Run (or, resuming, continue) the trials with Ray Tune; return its ResultGrid."""
+    """Run (or, resuming, continue) the trials with Ray Tune; return its ResultGrid. The process's
+    environment and working folder, which Tune's settings below change, are put back after."""
+    with runtime.process_as_found():
+        return tune_trials(sweep, trials, at_once, metric, early_stop, resume)
+
+
+def tune_trials(sweep: str, trials: list[Trial], at_once: int, metric: str, early_stop: bool, resume: bool):
+    """run_tune's work: Tune's settings made, then its trials run."""
     from ray.tune.schedulers import ASHAScheduler
 
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's older console output, silent at verbose=0

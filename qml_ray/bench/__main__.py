@@ -2,7 +2,7 @@
 
 runtimes  qml_ray (Ray Train), the tf-operator-style baseline (plain TF_CONFIG processes) and
           one undistributed process, interleaved: epoch times, throughput, parallel efficiency,
-          start-up and memory, as JSON, a Markdown table and a PNG plot
+          start-up, the end after the last epoch and memory, as JSON, a Markdown table and a PNG plot
 circuits  forward and forward + gradient seconds per circuit against qubits (the QCNN's, or with
           --family controlled multi-controlled gates'), the block kernel's
           memory traffic against a state-sized in-place pass's, and the 23-qubit headline projected
