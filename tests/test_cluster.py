@@ -239,7 +239,7 @@ def test_image_and_project_use_the_same_ray_and_python():
     assert "g++" not in image.replace("command -v g++", "")
     ignored = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if not line.startswith("#")]
     assert ignored[0] == "*" and all(line.startswith(("!", "**/")) for line in ignored[1:])  # an allow-list
-    assert f'"ray[train,data,default]=={ray.__version__}"' in (ROOT / "pyproject.toml").read_text()
+    assert f'"ray[train,data,default,serve]=={ray.__version__}"' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_render_command_prints_or_writes_the_manifests(tmp_path):
