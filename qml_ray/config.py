@@ -156,6 +156,19 @@ class Config(pydantic.BaseModel):
         0, "on-demand TensorFlow profiler server on each worker at this port + its local rank; 0: off"
     )
 
+    serve_batch_size: Whole = _key(
+        16, "serve: the most requests a model replica answers with one call of the model (Ray Serve's batch)", ge=1
+    )
+    serve_batch_wait: Number = _key(
+        0.01,
+        "serve: seconds a replica waits for more requests to fill a batch before it calls the model",
+        ge=0,
+        allow_inf_nan=False,
+    )
+    serve_max_body_mb: Number = _key(
+        4, "serve: the largest request body, in MB; a larger one is refused (413)", gt=0, allow_inf_nan=False
+    )
+
     @pydantic.model_validator(mode="before")
     @classmethod
     def _worker_range(cls, values):
