@@ -61,11 +61,7 @@ TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 # pyproject.toml sets it) each of their tests may run on any worker, beside the rest; every other
 # test runs on one worker, one after another (two Rays at once would share /tmp/ray and the cores).
 WITHOUT_RAY = {"bench", "callbacks", "cli", "cluster", "config", "data", "docs", "gcs_errors", "gradients"}
-<<<<<<< HEAD
-WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "ray_internals", "runs"}
-=======
-WITHOUT_RAY |= {"features", "kernel_paths", "model", "pythons", "ray_internals", "runs"}
->>>>>>> py312
+WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "pythons", "ray_internals", "runs"}
 RAY_FIXTURES = {"shared_ray", "shared_cluster", "cluster", "multi_node_cluster", "trained_run", "run_copy"}
 
 
