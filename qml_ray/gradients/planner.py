@@ -107,10 +107,12 @@ class Planner:
 
     def choice(self, program: bytes, names: tuple, pauli_sums: np.ndarray, threads: int) -> Choice:
         """The choice for the shape of `program` (canonical) on `threads` threads: known, or measured now."""
-        default = choices.with_fixes(choices.default(), self.fixes)
         shape = Shape(*size(program, names), threads)
+        if known := self._chosen.get(shape):  # every circuit of a batch asks: no lock once known
+            return known
         with self._lock:
             if shape not in self._chosen:
+                default = choices.with_fixes(choices.default(), self.fixes)
                 self._chosen[shape] = self._plan(shape, default, program, names, pauli_sums)
             return self._chosen[shape]
 
