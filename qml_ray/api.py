@@ -9,12 +9,13 @@
 `model` as MODULE:FUNCTION or the function itself (one defined in the calling script or notebook
 too), and returns the run folder and the final epoch's metrics. Mistakes raise
 qml_ray.errors.UsageError before anything is written; a training that fails for good raises
-qml_ray.train.TrainingFailed, its checkpoints kept for `resume=True`.
+qml_ray.train.TrainingFailed, its checkpoints kept for `resume=True`. Both leave the caller's
+environment variables and working folder as they found them.
 """
 
 from collections.abc import Callable
 
-from qml_ray import config as config_lib, infer, train
+from qml_ray import config as config_lib, infer, runtime, train
 from qml_ray.train import Trained
 
 __all__ = ["Trained", "fit", "predict"]
@@ -37,7 +38,8 @@ def fit(
     if isinstance(model, str):
         keys["model"] = model
     resolved = config_lib.from_mapping({**base, **keys})
-    return train.train(resolved, name, resume, address, verbose, model if callable(model) else None)
+    with runtime.process_as_found():
+        return train.train(resolved, name, resume, address, verbose, model if callable(model) else None)
 
 
 def predict(
@@ -50,4 +52,5 @@ def predict(
     verbose: bool = False,
 ) -> str:
     """Infer as `python -m qml_ray.infer` does; return the predictions folder."""
-    return infer.infer(run, data, actors, batch_size, address, verbose)
+    with runtime.process_as_found():
+        return infer.infer(run, data, actors, batch_size, address, verbose)

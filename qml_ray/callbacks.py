@@ -16,6 +16,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -60,6 +61,7 @@ def for_replica(
     callbacks += [clock, history]
     if rank == 0:
         callbacks += [
+            PlanLines(job.say),
             ProgressLine(config.epochs, inputs.steps, inputs.train_circuits, say=job.say),
             ConsoleLine(history, config.epochs, job.say, config.elastic),
             TensorBoardLog(history, summaries_dir),
@@ -154,6 +156,23 @@ class ConsoleLine(tf.keras.callbacks.Callback):
             f"{row['epoch_seconds']:.1f}s  {row['circuits_per_second']:.3g} circuits/s"
             + (f"  on {row['workers']} workers" if self.elastic else "")
         )
+
+
+class PlanLines(tf.keras.callbacks.Callback):
+    """The block kernel planner's lines (a new circuit shape's choice, measured or from the cache; a cache file
+    ignored), said after the step that planned it: the console's first lines, and a line more for a shape that
+    comes later (validation's last short batch on fewer threads)."""
+
+    def __init__(self, say: Callable[[str], None]):
+        super().__init__()
+        self.say = say
+
+    def on_train_batch_end(self, batch, logs=None):
+        planner = sys.modules.get("qml_ray.gradients.planner")  # imported with BlockAdjoint, if the model uses it
+        for line in planner.planner().said() if planner else ():
+            self.say(line)
+
+    on_test_batch_end = on_train_batch_end
 
 
 class ProgressLine(tf.keras.callbacks.Callback):

@@ -1,12 +1,13 @@
 """The run configuration: one YAML file drives the laptop run and the cluster.
 
 pydantic validates it (types, bounds, choices, unknown keys); every failure becomes one
-UsageError line naming the key.
+UsageError line naming the key. The QCNN's bound on `layers` (`max_layers`) stays here, not in
+model.py: `qubits` and `layers` are the default model's keys, checked with the others in the driver
+before anything is written, and model.py imports TensorFlow. The simulator's memory is memory.py's.
 """
 
 import re
 import reprlib
-import sys
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -15,22 +16,15 @@ import pydantic
 import yaml
 from pydantic import BeforeValidator, ConfigDict, Field
 
-from qml_ray import safe_yaml, storage
+from qml_ray import choices, safe_yaml, storage
 from qml_ray.errors import UsageError
 
 # The simulators hold every circuit's whole state vector in one process: 2**qubits complex64
-# amplitudes, STATES_PER_CIRCUIT of them at once (TFQ's adjoint gradient keeps 3, the block
-# method 2 and the final state its forward keeps for the gradient). Beyond 38 qubits that is
-# more than the largest machines have (about 12 TB).
+# amplitudes, memory.STATES_PER_CIRCUIT of them at once. Beyond 38 qubits that is more than the
+# largest machines have (about 12 TB).
 MAX_QUBITS = 38
 DEFAULT_MODEL = "qml_ray.model:qcnn"
 MODEL_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # MODULE:FUNCTION
-STATES_PER_CIRCUIT = 3
-IN_FLIGHT_STATES = 2  # the block method's state and co-state of each circuit it runs (its kept state among them)
-# A process gives its state vectors this share of its CPUs' share of the machine's memory: a worker runs as
-# many circuits at once as fit it (docs/kernel-notes.md#threads); QML_RAY_STATE_MEMORY_GIB overrides it.
-STATE_MEMORY_SHARE = 0.75
-AMPLITUDE_BYTES = 8
 REPLACEMENT_WAIT_SECONDS = 60  # Ray Train's own wait for lost workers' replacements (capacity_timeout 0)
 
 
@@ -107,6 +101,18 @@ class Config(pydantic.BaseModel):
         "differentiator the model chose, a sampled layer's, and TFQ's where the block method cannot take the "
         "circuit (one warning line); block: BlockAdjoint for every layer, or one error; tfq: as the model built it",
     )
+    kernel_plan: str = _key(
+        "",
+        "fixes the block kernel's choices on every worker, any of: a SIMD path (avx512, avx2, portable), form=4|3, "
+        "tiles=15..18, prefetch=on|off, huge_pages=on|off (e.g. `avx2 tiles=17`); each worker measures the rest "
+        "for each circuit shape (docs/kernel-notes.md#the-planner); empty: all measured",
+    )
+    plan_seconds: Number = _key(
+        choices.DEFAULT_SECONDS,
+        "seconds a worker spends at most measuring the block kernel's choices for a new circuit shape, on its first "
+        "step (one choice more is always tried; what is measured is kept for the next run); 0: none measured",
+        ge=0,
+    )
     data_in_memory_mb: Whole = _key(
         256,
         "a data set of at most this many MB of Parquet is read once and each worker keeps its shard in memory "
@@ -150,6 +156,19 @@ class Config(pydantic.BaseModel):
         0, "on-demand TensorFlow profiler server on each worker at this port + its local rank; 0: off"
     )
 
+    serve_batch_size: Whole = _key(
+        16, "serve: the most requests a model replica answers with one call of the model (Ray Serve's batch)", ge=1
+    )
+    serve_batch_wait: Number = _key(
+        0.01,
+        "serve: seconds a replica waits for more requests to fill a batch before it calls the model",
+        ge=0,
+        allow_inf_nan=False,
+    )
+    serve_max_body_mb: Number = _key(
+        4, "serve: the largest request body, in MB; a larger one is refused (413)", gt=0, allow_inf_nan=False
+    )
+
     @pydantic.model_validator(mode="before")
     @classmethod
     def _worker_range(cls, values):
@@ -185,6 +204,7 @@ class Config(pydantic.BaseModel):
             f"profiler_port must be 0 (off) or 1024..{top}",
         )
         parse_model(self.model)
+        choices.fixed(self.kernel_plan, "kernel_plan")
         if self.callbacks:
             parse_model(self.callbacks, "callbacks")
         for location in (self.storage, self.data, self.validation_data):
@@ -274,38 +294,6 @@ def parse_model(spec: str, key: str = "model") -> tuple[str, str]:
     return module, function
 
 
-def state_bytes(qubits: int, threads: int, memory: int) -> int:
-    """Memory the state vectors of a process simulating on `threads` threads take at most, with `memory` bytes
-    for them: IN_FLIGHT_STATES for each circuit it runs at once (`circuits_at_once`) and the final states it
-    keeps (`kept_states`). Never more than `memory` once one circuit fits it."""
-    one = AMPLITUDE_BYTES * 2**qubits
-    return (IN_FLIGHT_STATES * circuits_at_once(one, threads, memory) + kept_states(threads, one, memory)) * one
-
-
-def circuits_at_once(one_state_bytes: int, threads: int, memory: int | None = None) -> int:
-    """How many circuits of states of `one_state_bytes` a process on `threads` threads, with `memory` bytes
-    for its states (None: no bound), runs at once, each on its share of the threads: one per thread while
-    each fits with its kept final state (STATES_PER_CIRCUIT), else as many as fit so, at least one."""
-    if memory is None:
-        return threads
-    return max(1, min(threads, memory // (STATES_PER_CIRCUIT * one_state_bytes)))
-
-
-def kept_states(threads: int, one_state_bytes: int, memory: int | None = None) -> int:
-    """How many final states a process simulating on `threads` threads keeps for its gradients: as many as
-    `memory` bytes leave beside its circuits in flight (none, when they take it all), so that a training step's
-    batch needs no circuit simulated again; with no bound (None), every one."""
-    if memory is None:
-        return sys.maxsize
-    return max(0, memory // one_state_bytes - IN_FLIGHT_STATES * circuits_at_once(one_state_bytes, threads, memory))
-
-
-def worker_state_memory(memory: int, cpus: float, threads: int) -> int:
-    """The bytes a process on `threads` of a machine's `cpus` CPUs gives its state vectors, out of the
-    machine's `memory`: STATE_MEMORY_SHARE of its CPUs' share of it (the rest for TensorFlow, Ray, the OS)."""
-    return int(STATE_MEMORY_SHARE * memory * min(1.0, threads / max(cpus, 1e-9)))
-
-
 def worker_batch(config: Config, world_size: int) -> int:
     """Examples per step on each of `world_size` workers: their share of the global batch (batch_size x
     workers), rounded up; batch_size on `workers` workers."""
@@ -313,7 +301,7 @@ def worker_batch(config: Config, world_size: int) -> int:
 
 
 def split_sizes(config: Config) -> tuple[int, int]:
-    """The number of training and of test examples."""
+    """The number of training and of validation examples."""
     n_test = max(1, round(config.examples * config.test_fraction))
     return config.examples - n_test, n_test
 

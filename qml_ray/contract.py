@@ -7,8 +7,8 @@ parameters named like a config key (qubits, layers, learning_rate, seed, ...) th
 The built-in QCNN, `qml_ray.model:qcnn`, is one such function.
 
 The driver checks what it can without importing the function's module (which imports TensorFlow):
-that the module exists, defines the function, and takes the params. The workers build the model
-and check that it is a compiled Keras model.
+that the module exists, defines the function, and takes the params. This module imports no
+TensorFlow: the workers build the model by the contract's `arguments`, and check it, in replica.py.
 """
 
 import ast
@@ -175,33 +175,3 @@ def resolve(model: str | Callable, what: str = "model") -> Callable:
     if not callable(found):
         raise ModelError(f"{what} module {module!r} has no function {function!r}")
     return found
-
-
-def build(config, model: str | Callable | None = None):
-    """The compiled model, from `model` (default: the config's), with its quantum gradients as the
-    config's `differentiator` says; call inside the strategy's scope."""
-    return build_with_gradients(config, model)[0]
-
-
-def build_with_gradients(config, model: str | Callable | None = None) -> tuple:
-    """`build`'s model, and the quantum gradient each of its TFQ layers got (quantum_layers.Gradient)."""
-    import tensorflow as tf
-
-    from qml_ray import quantum_layers
-
-    function = resolve(model or config.model)
-    takes = _of_parameters(inspect.signature(function).parameters.values())
-    try:
-        built = function(**arguments(config, takes))
-    except UsageError:
-        raise
-    except Exception as err:
-        raise ModelError(f"the model function {config.model} failed: {type(err).__name__}: {err}") from None
-    if not isinstance(built, tf.keras.Model):
-        raise ModelError(
-            f"the model function {config.model} returned {type(built).__name__}, not a tf.keras model "
-            "(it must return a compiled tf.keras.Model)"
-        )
-    if built.optimizer is None or not built._is_compiled:
-        raise ModelError(f"the model function {config.model} returned a model that is not compiled: call compile()")
-    return built, quantum_layers.gradients(built, config.differentiator)

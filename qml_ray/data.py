@@ -2,7 +2,7 @@
 
 Label +1 when |theta| <= pi/2, else -1. The QCNN's data set when a run names no `data`: drawn
 from the config's seed (the same on every worker that draws it) and written to the run folder as
-Parquet (data/train.parquet and data/test.parquet, its training and validation data). The
+Parquet (its "train" and "validation" splits, `storage.split_path`). The
 benchmark's baseline, which runs without Ray, reads it here too, each process its own shard.
 """
 
@@ -15,11 +15,9 @@ from qml_ray import storage
 from qml_ray.config import Config, split_sizes
 from qml_ray.model import qubits_for
 
-SPLITS = ("train", "test")
-
 
 def generate(config: Config) -> dict[str, pa.Table]:
-    """The seeded data set, split into train and test tables (id, circuit, label, angle, qubit)."""
+    """The seeded data set, split into train and validation tables (id, circuit, label, angle, qubit)."""
     rng = np.random.default_rng(config.seed)
     qubits = qubits_for(config.qubits)
     excited = rng.integers(len(qubits), size=config.examples)
@@ -35,7 +33,7 @@ def generate(config: Config) -> dict[str, pa.Table]:
         }
     )
     n_train = split_sizes(config)[0]
-    return {"train": table.slice(0, n_train), "test": table.slice(n_train)}
+    return {"train": table.slice(0, n_train), "validation": table.slice(n_train)}
 
 
 def write(config: Config, run: str) -> None:

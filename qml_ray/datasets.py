@@ -183,7 +183,7 @@ def split(dataset, seed: int, fraction: float, validation: bool):
 def sources(config, run: str) -> tuple[Source, Source | None]:
     """The training data and the validation data (None: held out of the training data by hash)."""
     if not config.data:
-        return describe(storage.split_path(run, "train")), describe(storage.split_path(run, "test"))
+        return describe(storage.split_path(run, "train")), describe(storage.split_path(run, "validation"))
     train = describe(config.data)
     validation = describe(config.validation_data) if config.validation_data else None
     if validation and validation.label_width != train.label_width:
@@ -273,7 +273,7 @@ def shard(table: pa.Table, rank: int, world_size: int) -> pa.Table:
 
 
 def write_generated(config, run: str, tables: dict[str, pa.Table]) -> None:
-    """Write a generated data set's splits (data.SPLITS' tables) to the run folder, then data.json."""
+    """Write a generated data set's splits (data.generate's tables) to the run folder, then data.json."""
     for split, table in tables.items():
         storage.write_parquet(table, storage.split_path(run, split))
     train, validation = sources(config, run)

@@ -136,13 +136,17 @@ class Feed:
     def inputs(self, batch: dict):
         """A batch's model inputs from its numpy columns: the array of the one input, or a dict by
         input name (as Keras feeds several)."""
-        return _as_keras_takes({put.name: _values(batch[column.name], put, column) for put, column in self.pairs})
+        return as_keras_takes(self.by_input(batch))
+
+    def by_input(self, batch: dict) -> dict[str, np.ndarray]:
+        """A batch's numpy columns as its model inputs take them, by input name."""
+        return {put.name: _values(batch[column.name], put, column) for put, column in self.pairs}
 
     def spec(self):
         """The tf.TensorSpec of `inputs`' batches (a dict of them for several inputs)."""
         import tensorflow as tf
 
-        return _as_keras_takes(
+        return as_keras_takes(
             {
                 put.name: tf.TensorSpec([None, *put.shape], tf.string if put.takes_circuits else tf.float32)
                 for put, _ in self.pairs
@@ -150,7 +154,7 @@ class Feed:
         )
 
 
-def _as_keras_takes(by_input: dict):
+def as_keras_takes(by_input: dict):
     """What Keras takes for a model's inputs: the one input's value, or a dict by input name."""
     return next(iter(by_input.values())) if len(by_input) == 1 else by_input
 

@@ -40,7 +40,9 @@ def parse_args(argv=None):
 
 def load_trained_model(run: str):
     """The run's model with its final weights, or a UsageError saying why it cannot be had."""
-    return with_weights(contract.build(config_lib.of_run(run), contract.recorded(run)), run)
+    from qml_ray import replica
+
+    return with_weights(replica.build(config_lib.of_run(run), contract.recorded(run)), run)
 
 
 def with_weights(model, run: str):
@@ -228,9 +230,11 @@ def checked_inputs(run: str, config: config_lib.Config, data: str | None) -> tup
     """The run's model with its weights, a maker of the Ray Dataset to predict (`data`, or the run's
     validation rows), its columns, and its first row's circuits (when `data` is given: checked against
     the model); a UsageError for what does not fit, before Ray starts."""
+    from qml_ray import replica
+
     source = datasets.describe(data, needs_label=False) if data else None
     splits = None if data else datasets.sources(config, run)
-    model = contract.build(config, contract.recorded(run))
+    model = replica.build(config, contract.recorded(run))
     first = check_data(data, source, model) if data else []
     with_weights(model, run)  # fail here, in one line, rather than inside an actor
 

@@ -3,17 +3,19 @@
 The kernel is built once per path, each a module of its own, as qsim builds its simulators: avx512, avx2
 and portable on x86-64, portable elsewhere. Importing this module imports the fastest path the CPU (and
 its OS) supports, or the one QML_RAY_KERNEL_PATH names: a lower path, for tests and for node pools of mixed
-CPUs. No TensorFlow here, so a command can check the path before it starts anything.
+CPUs. No TensorFlow here, so a command can check the path before it starts anything. The tests run
+every path in one process, so the path is switchable (`use`): the module holds one reference to the
+running path's module, and its names are read through it.
 """
 
 import importlib
 import os
 
 from qml_ray import _kernel_portable  # built for any CPU: it tells which paths this one runs
+from qml_ray.choices import PATHS
 from qml_ray.errors import UsageError
 
 PATH_VARIABLE = "QML_RAY_KERNEL_PATH"
-PATHS = ("avx512", "avx2", "portable")
 supported_paths, cpu_features = _kernel_portable.supported_paths, _kernel_portable.cpu_features
 
 
@@ -39,29 +41,23 @@ def chosen_path() -> str:
     return forced
 
 
-NAMES = (
-    "PATH",
-    "MIN_QUBITS",
-    "START_BITS",
-    "PARKED_BITS",
-    "CHUNK_BITS",
-    "Circuit",
-    "Readouts",
-    "circuit_expectations",
-    "circuit_gradient",
-    "apply_block",
-    "unapply_with_transition",
-    "relabel_bits",
-)
+_running = None  # the compiled module of the path the kernel runs on: `use` switches it
 
 
-def use(path: str) -> str:
+def use(path: str) -> str | None:
     """Run the kernel on `path` (one this CPU runs) from now on, in this process: the tests run every path
-    so, and the benchmark a forced one. Returns the path it ran on before. Plans are made per path."""
-    before = globals().get("PATH")
-    module = compiled(path)
-    globals().update({name: getattr(module, name) for name in NAMES})
+    so, and the benchmark a forced one. Returns the path it ran on before. Plans are made per path. This
+    one reference is all a switch changes: every name is read through it (`__getattr__`)."""
+    global _running
+    before = _running and _running.PATH
+    _running = compiled(path)
     return before
+
+
+def __getattr__(name: str):
+    """The running path's names (`PATH`, `Circuit`, `apply_block`, ...), read at each use, so that callers
+    (`kernel.PATH`) see the path `use` chose last."""
+    return getattr(_running, name)
 
 
 use(chosen_path())

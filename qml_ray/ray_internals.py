@@ -148,7 +148,7 @@ def _bound_the_wait(policy: ElasticScalingPolicy, short: bool) -> None:
 
 
 def _placement_wait_seconds() -> float:
-    """How long Ray Train waits for a worker group to be placed (train.fit sets it)."""
+    """How long Ray Train waits for a worker group to be placed (train.set_ray_train_env sets it)."""
     return float(os.environ.get(WORKER_GROUP_START_TIMEOUT_S_ENV_VAR, DEFAULT_WORKER_GROUP_START_TIMEOUT_S))
 
 

@@ -1,6 +1,7 @@
 """Joining Ray and fitting work to it: the local default, an existing cluster, worker threads."""
 
 import atexit
+import contextlib
 import math
 import os
 import socket
@@ -9,8 +10,9 @@ import time
 
 import ray
 
-from qml_ray import config, interrupts
+from qml_ray import interrupts
 from qml_ray.errors import EnvironmentProblem, UsageError
+from qml_ray.memory import state_bytes, worker_state_memory
 
 # Seconds between Ray Train's polls of its workers (Ray's default: 2). A worker's ray.train.report
 # waits until the previous report has been collected, so with the default every epoch shorter
@@ -128,6 +130,23 @@ LISTED = 10_000  # the most jobs, actors and placement groups listed (Ray's defa
 STATE_SECONDS = 10  # the longest each list may take
 
 
+@contextlib.contextmanager
+def process_as_found():
+    """The caller's environment variables and working folder put back as they were when the block ends:
+    joining Ray, Ray Train and Ray Tune take settings from this process's environment, and Tune from its
+    working folder, which a notebook or script calling qml_ray would otherwise carry on with."""
+    environment, folder = dict(os.environ), os.getcwd()
+    try:
+        yield
+    finally:
+        os.chdir(folder)
+        for key in set(os.environ) - set(environment):
+            del os.environ[key]
+        for key, value in environment.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
 def leave() -> None:
     """End a command whose work is done, at once. A local Ray it started is handed to the reaper, as
     on an interrupt: ray.shutdown would wait 2-3 s here for its processes to stop, before the prompt
@@ -214,14 +233,14 @@ def token_source() -> str:
 
 def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> None:
     """A UsageError unless the cluster's node of most memory holds the state vectors of one process
-    simulating `qubits` qubits on `threads` threads, sized as the process sizes them (`config.state_bytes`
-    in `config.worker_state_memory` of the node's memory and CPUs): as many circuits at once as fit that
+    simulating `qubits` qubits on `threads` threads, sized as the process sizes them (`memory.state_bytes`
+    in `memory.worker_state_memory` of the node's memory and CPUs): as many circuits at once as fit that
     share, so only one circuit too large for it fails; `what` names the process."""
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     hosts = [node for node in nodes if node.get("CPU", 0) >= threads] or nodes  # not a head of no CPUs
     node = max(hosts, key=lambda resources: share_of(resources, threads), default={})
     memory = share_of(node, threads)
-    need = config.state_bytes(qubits, threads, memory)
+    need = state_bytes(qubits, threads, memory)
     if need > memory:
         raise UsageError(
             f"{what}'s state vectors ({qubits} qubits, {threads} thread(s)) need {need / 2**30:.3g} GiB of "
@@ -232,7 +251,7 @@ def require_state_memory(qubits: int, threads: int, what: str, remedy: str) -> N
 
 def share_of(resources: dict, threads: int) -> int:
     """The bytes a process of `threads` CPUs on a Ray node of these resources gives its state vectors."""
-    return config.worker_state_memory(resources.get("memory", 0), resources.get("CPU", 0) or threads, threads)
+    return worker_state_memory(resources.get("memory", 0), resources.get("CPU", 0) or threads, threads)
 
 
 def placeable_workers(cpus_per_worker: int) -> int:

@@ -29,7 +29,9 @@ from qml_ray.storage_errors import missing_bucket, named, named_problems
 
 # The run folder, <storage>/<name>/, holds these (docs/storage.md, The run folder):
 CONFIG = "config.yaml"  # the resolved config
-DATA = "data"  # train.parquet and test.parquet
+DATA = "data"  # train.parquet and test.parquet (SPLIT_FILES)
+# The generated data set's split files: the validation split's keeps the name the first runs wrote, so they resume.
+SPLIT_FILES = {"train": "train.parquet", "validation": "test.parquet"}
 CHECKPOINTS = "checkpoints"  # Ray Train checkpoints, one folder per checkpointed epoch
 WEIGHTS = "weights"  # the final weights, published when training ends
 HISTORY = "metrics.csv"  # one row per epoch
@@ -95,8 +97,8 @@ def checkpoint_name(epoch: int, step: int = 0) -> str:
 
 
 def split_path(run: str, split: str) -> str:
-    """The Parquet file of a data split ("train" or "test") of a run."""
-    return join(run, DATA, f"{split}.parquet")
+    """The Parquet file of a data split ("train" or "validation") of a run."""
+    return join(run, DATA, SPLIT_FILES[split])
 
 
 def check_reachable(location: str) -> None:

@@ -19,7 +19,7 @@ import yaml
 from ray import tune
 from ray.tune.progress_reporter import TrialProgressCallback
 
-from qml_ray import claims, cli, config as config_lib, contract, interrupts, results, runtime, storage, train
+from qml_ray import claims, cli, config as config_lib, contract, datasets, interrupts, results, runtime, storage, train
 from qml_ray.errors import UsageError, one_line
 
 TUNE_DIR = "tune"  # Ray Tune's experiment state, within the sweep's folder
@@ -197,9 +197,8 @@ def side_by_side(trials: list[Trial], max_concurrent: int | None) -> int:
 def prepare(trials: list[Trial]) -> None:
     """Each trial's config.yaml and, for the QCNN's generated data, its data set; trials with the same
     data keys share one data set, generated and written once (the others link to it), and what a
-    resumed sweep has is kept."""
-    from qml_ray import data
-
+    resumed sweep has is kept. A data set is drawn by a Ray task (train.generate_data), so that the driver
+    imports no TFQ."""
     groups = itertools.groupby(
         sorted(trials, key=lambda t: [getattr(t.config, k) for k in DATA_KEYS]),
         key=lambda t: [getattr(t.config, k) for k in DATA_KEYS],
@@ -207,11 +206,11 @@ def prepare(trials: list[Trial]) -> None:
     for _, group in groups:
         source = None
         for trial in group:
-            if not trial.config.data and not storage.exists(storage.split_path(trial.run, "test")):
+            if not trial.config.data and not storage.exists(storage.split_path(trial.run, "validation")):
                 if source is None:
-                    data.write(trial.config, trial.run)
+                    train.generate_data(trial.config, trial.run)
                 else:
-                    for split in data.SPLITS:
+                    for split in datasets.SPLITS:
                         storage.share(storage.split_path(source, split), storage.split_path(trial.run, split))
             source = source or trial.run
             if not storage.exists(storage.join(trial.run, storage.CONFIG)):
@@ -282,7 +281,14 @@ def trial_row(trial: Trial, error: str = "") -> dict:
 
 
 def run_tune(sweep: str, trials: list[Trial], at_once: int, metric: str, early_stop: bool, resume: bool):
-    """Run (or, resuming, continue) the trials with Ray Tune; return its ResultGrid."""
+    """Run (or, resuming, continue) the trials with Ray Tune; return its ResultGrid. The process's
+    environment and working folder, which Tune's settings below change, are put back after."""
+    with runtime.process_as_found():
+        return tune_trials(sweep, trials, at_once, metric, early_stop, resume)
+
+
+def tune_trials(sweep: str, trials: list[Trial], at_once: int, metric: str, early_stop: bool, resume: bool):
+    """run_tune's work: Tune's settings made, then its trials run."""
     from ray.tune.schedulers import ASHAScheduler
 
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's older console output, silent at verbose=0

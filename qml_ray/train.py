@@ -16,7 +16,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from qml_ray import checkpoints, claims, cli, config as config_lib, contract, datasets, interrupts, runtime, storage
+from qml_ray import (
+    checkpoints,
+    choices,
+    claims,
+    cli,
+    config as config_lib,
+    contract,
+    datasets,
+    interrupts,
+    runtime,
+    storage,
+)
 from qml_ray.errors import UsageError, one_line
 from qml_ray.worker_setup import TRAINING_WORKER_ENV
 
@@ -162,7 +173,7 @@ def prepare_data(config: config_lib.Config, run: str, model: Callable | None = N
     function given as a callable, and the QCNN's generated data set: drawn by the workers when
     kept in memory, else here, by a Ray task) or a resumed one reads back."""
     new = not storage.exists(storage.join(run, datasets.MANIFEST))
-    drawn = not config.data and not storage.exists(storage.split_path(run, "test"))
+    drawn = not config.data and not storage.exists(storage.split_path(run, "validation"))
     if drawn and datasets.generated_fits_in_memory(config):
         rows = dict(zip(datasets.SPLITS, config_lib.split_sizes(config)))
         inputs = RunData(datasets={}, shards=None, rows=rows, label_width=1, in_memory=True)
@@ -225,22 +236,39 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
     worker: if the cluster cannot place them all again within `replacement_wait` seconds, training
     stops (raising TrainingFailedError): it never waits for capacity without end.
     `callbacks`: Ray Train callbacks for the run (a sweep passes Tune's report callback)."""
-    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from qml_ray.tf_backend import TFConfig
-    from qml_ray.worker import Job, train_worker
+    from qml_ray.worker import train_worker
 
+    set_ray_train_env(config, run)
+    trainer = DataParallelTrainer(  # Ray's TensorflowTrainer, less its import of TensorFlow (tf_backend.py)
+        functools.partial(train_worker, job_for(config, run, inputs, console, model)),
+        backend_config=TFConfig(),
+        datasets=inputs.datasets,
+        scaling_config=scaling_config(config),
+        run_config=run_config(config, run, callbacks),
+    )
+    return trainer.fit()
+
+
+def set_ray_train_env(config: config_lib.Config, run: str) -> None:
+    """The env vars Ray Train reads in this process, and passes on to its controller."""
     os.environ.update(
-        {  # read by Ray Train in this process, and passed on to its controller
+        {
             STATE_TRACKING_ENV: "1",  # the run and its attempts in the dashboard's Train view
             START_TIMEOUT_ENV: str(replacement_wait(config)),
         }
     )
     if not posixpath.basename(run).isascii():  # Ray Train tags its own metrics with the run's name: ASCII only
         os.environ[TRAIN_METRICS_ENV] = "0"
-    filesystem, path = storage.pyarrow_filesystem(run)
-    job = Job(
+
+
+def job_for(config: config_lib.Config, run: str, inputs: RunData, console, model: Callable | None):
+    """The `worker.Job` every worker runs: the config, the run folder, its data, the console, the model."""
+    from qml_ray.worker import Job
+
+    return Job(
         config=config,
         run=run,
         rows=inputs.rows,
@@ -251,35 +279,45 @@ def fit(config: config_lib.Config, run: str, inputs: RunData, callbacks=(), cons
         model=model and contract.pickled(model),
         columns=inputs.columns,
     )
-    trainer = DataParallelTrainer(  # Ray's TensorflowTrainer, less its import of TensorFlow (tf_backend.py)
-        functools.partial(train_worker, job),
-        backend_config=TFConfig(),
-        datasets=inputs.datasets,
-        scaling_config=ScalingConfig(
-            num_workers=(config.fewest_workers, config.workers) if config.elastic else config.workers,
-            resources_per_worker={"CPU": config.cpus_per_worker},
-            elastic_resize_monitor_interval_s=GROW_CHECK_SECONDS,
-        ),
-        run_config=RunConfig(
-            name=posixpath.basename(path),  # the run's name, under which the dashboard shows it
-            storage_path=posixpath.dirname(path),  # so Ray Train's folder is the run folder
-            storage_filesystem=filesystem,
-            failure_config=FailureConfig(
-                max_failures=config.max_failures,
-                # An elastic run's group that could not be placed is sized again on what is left.
-                controller_failure_limit=config.max_failures if config.elastic else 0,
-            ),
-            logging_config=LoggingConfig(log_level="WARNING"),
-            callbacks=list(callbacks),
-            worker_runtime_env={"env_vars": training_worker_env(config)},
-        ),
+
+
+def scaling_config(config: config_lib.Config):
+    """Ray Train's workers: a fixed count, or an elastic range checked for growth every GROW_CHECK_SECONDS."""
+    from ray.train import ScalingConfig
+
+    return ScalingConfig(
+        num_workers=(config.fewest_workers, config.workers) if config.elastic else config.workers,
+        resources_per_worker={"CPU": config.cpus_per_worker},
+        elastic_resize_monitor_interval_s=GROW_CHECK_SECONDS,
     )
-    return trainer.fit()
+
+
+def run_config(config: config_lib.Config, run: str, callbacks=()):
+    """Ray Train's run: named after the run folder, which is Ray Train's folder too; its retries, log level,
+    callbacks and the training workers' env vars."""
+    from ray.train import FailureConfig, LoggingConfig, RunConfig
+
+    filesystem, path = storage.pyarrow_filesystem(run)
+    return RunConfig(
+        name=posixpath.basename(path),  # the run's name, under which the dashboard shows it
+        storage_path=posixpath.dirname(path),  # so Ray Train's folder is the run folder
+        storage_filesystem=filesystem,
+        failure_config=FailureConfig(
+            max_failures=config.max_failures,
+            # An elastic run's group that could not be placed is sized again on what is left.
+            controller_failure_limit=config.max_failures if config.elastic else 0,
+        ),
+        logging_config=LoggingConfig(log_level="WARNING"),
+        callbacks=list(callbacks),
+        worker_runtime_env={"env_vars": training_worker_env(config)},
+    )
 
 
 def training_worker_env(config: config_lib.Config) -> dict:
-    """A training worker's env vars: its thread pools, and the mark that starts its imports early (worker_setup.py)."""
-    return {**runtime.worker_env(config.cpus_per_worker, config.size_thread_pools), TRAINING_WORKER_ENV: "1"}
+    """A training worker's env vars: its thread pools, the kernel plan's fixes and budget, and the mark that starts
+    its imports early (worker_setup.py)."""
+    plan = {choices.PLAN_VARIABLE: config.kernel_plan, choices.SECONDS_VARIABLE: str(config.plan_seconds)}
+    return {**runtime.worker_env(config.cpus_per_worker, config.size_thread_pools), TRAINING_WORKER_ENV: "1", **plan}
 
 
 def warn_idle_threads(config: config_lib.Config, train_rows: int | None = None) -> None:

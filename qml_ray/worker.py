@@ -1,6 +1,6 @@
 """What each Ray Train worker runs: MultiWorkerMirroredStrategy training of the run's model.
 
-The command hands every worker a Job (train.fit); Ray Train sets TF_CONFIG on every worker before
+The command hands every worker a Job (train.job_for); Ray Train sets TF_CONFIG on every worker before
 this runs (tf_backend.py) and hands each worker its shard of the run's Ray Datasets. The worker
 builds the model (the model contract, contract.py), fits it on its shard with the run's callbacks
 (callbacks.py: the epoch lines, metrics.csv, TensorBoard, reports and checkpoints to Ray Train,
@@ -39,7 +39,7 @@ SHUFFLE_ROWS = 10_000  # a worker shuffles its shard's rows within a buffer of t
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """What the driver hands every worker (train.fit): the run's config and folder, each split's
+    """What the driver hands every worker (train.job_for): the run's config and folder, each split's
     rows, the labels' width, whether the data is kept in memory and, if so, each split's table (a Ray
     object ref, which every worker shards; None: the workers draw the QCNN's data set), the data's columns (empty:
     the drawn data set's), the command's console (None: rank 0's lines go to its log) and the model
@@ -123,8 +123,7 @@ def kept_shards(job: Job, rank: int, world_size: int) -> dict:
     tables = data.generate(job.config)
     if rank == 0:
         datasets.write_generated(job.config, job.run, tables)
-    splits = zip(datasets.SPLITS, data.SPLITS)
-    return {split: datasets.shard(tables[drawn], rank, world_size) for split, drawn in splits}
+    return {split: datasets.shard(table, rank, world_size) for split, table in tables.items()}
 
 
 def model_feed(job: Job, model: tf.keras.Model, columns: tuple = ()) -> features.Feed:
@@ -232,12 +231,14 @@ def build_replica(job: Job, strategy: tf.distribute.Strategy, rank: int, local_r
     node) offsets the profiler server's port."""
     import tensorflow as tf
 
+    from qml_ray import replica
+
     tf.get_logger().setLevel("ERROR")
     config = job.config
     if config.profiler_port:
         tf.profiler.experimental.server.start(config.profiler_port + local_rank)
     with strategy.scope():
-        built, gradients = contract.build_with_gradients(config, job.model and contract.unpickled(job.model))
+        built, gradients = replica.build_with_gradients(config, job.model and contract.unpickled(job.model))
         require_outputs(built, job.label_width, config)
         built.optimizer.build(built.trainable_variables)  # so a checkpoint's slots restore now
     if rank == 0:

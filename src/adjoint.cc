@@ -56,7 +56,7 @@ void simulate(Planes psi, const Circuit& c, const double* values, int parts) {
 void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Readouts& readouts,
                     const double* upstream, double* grad, int parts) {
   const Unitaries u = block_unitaries(c, values);
-  const StateBuffer co_state = new_state_buffer(c.qubits);
+  const StateBuffer co_state = new_state_buffer(c.qubits, c.huge_pages);
   const Planes lam = planes_of(co_state.get(), c.qubits);
   set_observable(lam, psi, readouts, upstream, parts);
   const std::vector<bool> symbolic = with_symbols(c);
@@ -66,10 +66,10 @@ void sweep_gradient(Planes psi, const Circuit& c, const double* values, const Re
     if (e <= first) break;
     const int64_t* in_tiles = b > first ? relabelling_in_tiles(c, s) : nullptr;  // b > first: b starts segment s
     if (e - b == 1 && symbolic[b]) {
-      const Mat4 m = unapply_with_transition(psi, lam, u.blocks[b], c.hi(b), c.lo(b), parts, c.mask(b));
+      const Mat4 m = unapply_with_transition(psi, lam, u.blocks[b], c.hi(b), c.lo(b), parts, c.mask(b), c.form);
       add_block_gradient(c, values, u.factors, b, m, grad);
     } else if (e - b == 1) {
-      for (Planes state : {psi, lam}) apply_block(state, dagger(u.blocks[b]), c.hi(b), c.lo(b), parts, c.mask(b));
+      for (Planes state : {psi, lam}) apply_block(state, dagger(u.blocks[b]), c.hi(b), c.lo(b), parts, c.mask(b), c.form);
     } else {
       const std::vector<Mat4> m =
           unapply_segment(psi, lam, c, u.blocks, symbolic, b, e, c.windows[s], parts, in_tiles);

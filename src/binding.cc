@@ -14,6 +14,7 @@
 #include "blocks.h"
 #include "dispatch.h"
 #include "relabel.h"
+#include "roofline.h"
 
 namespace nb = nanobind;
 using namespace qml;
@@ -55,6 +56,9 @@ Circuit circuit_from(nb::handle t) {
   const std::vector<bool> linked = field<bool>(t, "start_linked");
   c.start_linked.assign(linked.begin(), linked.end());
   c.start_table = field<float>(t, "start_table");
+  c.form = static_cast<Form>(nb::cast<int>(t.attr("form")));
+  c.prefetch = nb::cast<bool>(t.attr("prefetch"));
+  c.huge_pages = nb::cast<bool>(t.attr("huge_pages"));
   return c;
 }
 
@@ -71,8 +75,8 @@ Planes array_planes(StateArray state) {
 }
 
 // A new state of 2^qubits amplitudes, owned by the numpy array it is returned as.
-NumpyState new_state(int qubits) {
-  float* data = allocate_state(qubits);
+NumpyState new_state(int qubits, bool huge_pages) {
+  float* data = allocate_state(qubits, huge_pages);
   nb::capsule owner(data, [](void* p) noexcept { release_state(p); });
   return {data, {2, size_t(1) << qubits}, owner};
 }
@@ -93,7 +97,7 @@ Mat4 from_numpy(Matrix u) {
 // The circuit's state at `values`; out[k] += the expectation of readout k. Returns the state.
 NumpyState circuit_expectations(const Circuit& c, Array<const double> values, const Readouts& readouts,
                                 Array<double> out, int parts) {
-  NumpyState psi = new_state(c.qubits);
+  NumpyState psi = new_state(c.qubits, c.huge_pages);
   const Planes planes = planes_of(psi.data(), c.qubits);
   {
     nb::gil_scoped_release released;
@@ -113,7 +117,7 @@ void circuit_gradient(const Circuit& c, Array<const double> values, const Readou
   StateBuffer simulated;
   Planes planes = array_planes(psi);
   if (planes.size == 0) {
-    simulated = new_state_buffer(c.qubits);
+    simulated = new_state_buffer(c.qubits, c.huge_pages);
     planes = planes_of(simulated.get(), c.qubits);
     simulate(planes, c, values.data(), parts);
   }
@@ -137,6 +141,14 @@ NB_MODULE(QML_KERNEL_MODULE, m) {
   nb::class_<Readouts>(m, "Readouts", "A plan.Readouts' arrays, as the kernel reads them.")
       .def("__init__", [](Readouts* self, nb::handle plan) { new (self) Readouts(readouts_from(plan)); });
 
+  m.def("triad_seconds", &triad_seconds, nb::arg("floats"), nb::arg("threads"), nb::arg("repeats"),
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Seconds of the fastest of `repeats` triads a = b + s c over arrays of `floats` floats, on `threads`.");
+  m.def("fma_seconds", &fma_seconds, nb::arg("rounds"), nb::arg("threads"), nb::arg("repeats"),
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Seconds of the fastest of `repeats` runs of `rounds` x FMA_CHAINS vector FMAs on each of `threads`.");
+  m.attr("FMA_CHAINS") = kFmaChains;
+  m.attr("FMA_LANES") = fma_lanes();
   m.def("supported_paths", &supported_paths, "The paths this CPU can run, fastest first.");
   m.def("cpu_features", &cpu_features, "The SIMD features of this CPU that the paths need.");
   m.def("circuit_expectations", &circuit_expectations, nb::arg("circuit"), nb::arg("values"), nb::arg("readouts"),

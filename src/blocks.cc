@@ -97,6 +97,30 @@ inline void mix_chunk(float* __restrict r0, float* __restrict i0, float* __restr
   }
 }
 
+// Row r of kThreeMult's form, from the sums s_c = xr_c + xi_c: k = sum mr s (shared by both parts), then
+// yr = k - sum (mr + mi) xi and yi = k + sum (mi - mr) xr, each a chain of FMAs.
+#define QML_ROW3(r, yr, yi)                                                                                  \
+  const float k##r = QML_FMA(mr[4 * r + 3], s3, QML_FMA(mr[4 * r + 2], s2, QML_FMA(mr[4 * r + 1], s1, mr[4 * r] * s0))); \
+  const float yr = QML_FMA(ns[4 * r + 3], x7, QML_FMA(ns[4 * r + 2], x5, QML_FMA(ns[4 * r + 1], x3, QML_FMA(ns[4 * r], x1, k##r)))); \
+  const float yi = QML_FMA(md[4 * r + 3], x6, QML_FMA(md[4 * r + 2], x4, QML_FMA(md[4 * r + 1], x2, QML_FMA(md[4 * r], x0, k##r))));
+
+// mix_chunk in kThreeMult's form: 12 FMAs a row instead of 16, and four adds a group.
+template <int length>
+inline void mix_chunk3(float* __restrict r0, float* __restrict i0, float* __restrict r1, float* __restrict i1,
+                       float* __restrict r2, float* __restrict i2, float* __restrict r3, float* __restrict i3,
+                       const float* __restrict mr, const float* __restrict ns, const float* __restrict md) {
+#pragma omp simd
+  for (int j = 0; j < length; ++j) {
+    const float x0 = r0[j], x1 = i0[j], x2 = r1[j], x3 = i1[j], x4 = r2[j], x5 = i2[j], x6 = r3[j], x7 = i3[j];
+    const float s0 = x0 + x1, s1 = x2 + x3, s2 = x4 + x5, s3 = x6 + x7;
+    QML_ROW3(0, y0, z0)
+    QML_ROW3(1, y1, z1)
+    QML_ROW3(2, y2, z2)
+    QML_ROW3(3, y3, z3)
+    r0[j] = y0, i0[j] = z0, r1[j] = y1, i1[j] = z1, r2[j] = y2, i2[j] = z2, r3[j] = y3, i3[j] = z3;
+  }
+}
+
 // A chunk's eight views: re, im of the runs 00, 01, 10, 11 of a block from amplitude i.
 struct Views {
   float* v[8];
@@ -108,6 +132,8 @@ struct Views {
 
 template <int length>
 inline void mix_views(const Views& w, const Scalars& m) {
+  if (m.form == Form::kThreeMult)
+    return mix_chunk3<length>(w.v[0], w.v[1], w.v[2], w.v[3], w.v[4], w.v[5], w.v[6], w.v[7], m.r, m.neg_sum, m.diff);
   mix_chunk<length>(w.v[0], w.v[1], w.v[2], w.v[3], w.v[4], w.v[5], w.v[6], w.v[7], m.r, m.i);
 }
 
@@ -267,6 +293,24 @@ TileRuns block_runs(const Circuit& c, index_t window, int k) {
   return TileRuns(window, (index_t(1) << c.hi(k)) | (index_t(1) << c.lo(k)), c.qubits);
 }
 
+// body(first, last) over the run's groups run..run + length, a slice of 2^kChunkBits at a time, then
+// `ahead` told of them (with `ahead`: the next tile fetched as the slices go; without, the run in one call).
+template <class Body>
+void in_slices(index_t run, index_t length, TileAhead* ahead, Body&& body) {
+  if (!ahead) return body(run, run + length);
+  const index_t slice = std::min(length, index_t(1) << kChunkBits);
+  for (index_t first = run; first < run + length; first += slice) {
+    body(first, first + slice);
+    ahead->advance(slice);
+  }
+}
+
+// The groups a segment of `blocks` blocks works on in a tile of the window's: a quarter of the tile's amplitudes
+// each.
+index_t tile_work(int qubits, index_t window, int blocks) {
+  return ((index_t(1) << (qubits - __builtin_popcountll(window))) >> 2) * blocks;
+}
+
 // The start written on a tile: its runs of amplitudes (at least 2^kStartBits each).
 void write_start_tile(Planes state, const Circuit& c, index_t window, index_t tile) {
   const TileRuns runs(window, 0, c.qubits);
@@ -275,8 +319,8 @@ void write_start_tile(Planes state, const Circuit& c, index_t window, index_t ti
 
 }  // namespace
 
-void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts, Mask mask) {
-  const Scalars m = scalars(u);
+void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts, Mask mask, Form form) {
+  const Scalars m = scalars(u, form);
   with_groups(hi, lo, mask, [&](const auto& g) {
     const index_t groups = g.count(state.size);
     in_parts(parts, [&](int part) {
@@ -285,9 +329,10 @@ void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts, Mask ma
   });
 }
 
-Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts, Mask mask) {
+Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts, Mask mask,
+                             Form form) {
   const Mat4 ud = dagger(u);
-  const Scalars m = scalars(ud);
+  const Scalars m = scalars(ud, form);
   std::vector<Totals> totals(parts, Totals{});
   with_groups(hi, lo, mask, [&](const auto& g) {
     const index_t groups = g.count(psi.size);
@@ -305,21 +350,26 @@ void apply_segment(Planes state, const Circuit& c, const std::vector<Mat4>& bloc
   const index_t window = c.windows[s];
   if (e - b == 1) {
     if (start) write_start(state, c, parts);
-    return apply_block(state, blocks[b], c.hi(b), c.lo(b), parts, c.mask(b));
+    return apply_block(state, blocks[b], c.hi(b), c.lo(b), parts, c.mask(b), c.form);
   }
   std::vector<Scalars> m;
-  for (int k = b; k < e; ++k) m.push_back(scalars(blocks[k]));
+  for (int k = b; k < e; ++k) m.push_back(scalars(blocks[k], c.form));
   std::vector<TileRuns> runs;
   for (int k = b; k < e; ++k) runs.push_back(block_runs(c, window, k));
   const index_t tiles = tile_count(window);
   in_parts(parts, [&](int part) {
-    for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile) {
+    const index_t last = share(part + 1, parts, tiles, 0);
+    for (index_t tile = share(part, parts, tiles, 0); tile < last; ++tile) {
+      TileAhead next({state}, window, c.qubits, tile + 1, tile_work(c.qubits, window, e - b));
+      TileAhead* ahead = c.prefetch && !start && tile + 1 < last ? &next : nullptr;
       if (relabel) relabel_tile(state, relabel, c.qubits, window, tile);
       if (start) write_start_tile(state, c, window, tile);
       for (int k = b; k < e; ++k) {
         const AllGroups g{c.hi(k), c.lo(k)};
-        const index_t length = runs[k - b].length;
-        runs[k - b].each(tile, [&](index_t run) { apply_range(state, m[k - b], g, run, run + length); });
+        runs[k - b].each(tile, [&](index_t run) {
+          in_slices(run, runs[k - b].length, ahead,
+                    [&](index_t first, index_t end) { apply_range(state, m[k - b], g, first, end); });
+        });
       }
     }
   });
@@ -333,23 +383,27 @@ std::vector<Mat4> unapply_segment(Planes psi, Planes lam, const Circuit& c, cons
   std::vector<TileRuns> runs;
   for (int k = b; k < e; ++k) {
     daggers.push_back(dagger(blocks[k]));
-    m.push_back(scalars(daggers.back()));
+    m.push_back(scalars(daggers.back(), c.form));
     runs.push_back(block_runs(c, window, k));
   }
   const index_t tiles = tile_count(window);
   std::vector<std::vector<Totals>> totals(e - b, std::vector<Totals>(parts, Totals{}));  // [block][part]
   in_parts(parts, [&](int part) {
-    for (index_t tile = share(part, parts, tiles, 0); tile < share(part + 1, parts, tiles, 0); ++tile) {
+    const index_t last = share(part + 1, parts, tiles, 0);
+    for (index_t tile = share(part, parts, tiles, 0); tile < last; ++tile) {
+      TileAhead next({psi, lam}, window, c.qubits, tile + 1, tile_work(c.qubits, window, e - b));
+      TileAhead* ahead = c.prefetch && tile + 1 < last ? &next : nullptr;
       for (int k = e - 1; k >= b; --k) {
         const AllGroups g{c.hi(k), c.lo(k)};
-        const index_t length = runs[k - b].length;
         runs[k - b].each(tile, [&](index_t run) {
-          if (symbolic[k]) {
-            unapply_range(psi, lam, m[k - b], g, totals[k - b][part], run, run + length);
-          } else {
-            apply_range(psi, m[k - b], g, run, run + length);
-            apply_range(lam, m[k - b], g, run, run + length);
-          }
+          in_slices(run, runs[k - b].length, ahead, [&](index_t first, index_t end) {
+            if (symbolic[k]) {
+              unapply_range(psi, lam, m[k - b], g, totals[k - b][part], first, end);
+            } else {
+              apply_range(psi, m[k - b], g, first, end);
+              apply_range(lam, m[k - b], g, first, end);
+            }
+          });
         });
       }
       if (relabel)

@@ -14,11 +14,12 @@ namespace qml {
 constexpr int kChunkBits = 8;  // runs are taken in chunks of at most 2^8 amplitudes
 
 // state <- (u on bits hi, lo) state, on the amplitudes `mask` lets through (the others are not touched).
-void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts, Mask mask = {});
+void apply_block(Planes state, const Mat4& u, int hi, int lo, int parts, Mask mask = {}, Form form = Form::kFourMult);
 
 // psi <- u^dagger psi, lam <- u^dagger lam in one pass; returns M[r, c] = sum over the other bits of
 // psi_r conj(lam_c), with lam before the step. With a mask: on and over the amplitudes it lets through.
-Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts, Mask mask = {});
+Mat4 unapply_with_transition(Planes psi, Planes lam, const Mat4& u, int hi, int lo, int parts, Mask mask = {},
+                             Form form = Form::kFourMult);
 
 // state <- segment s's blocks applied in order: one block in one pass, several tile by tile. With `start`,
 // a segment of several blocks first writes each tile's amplitudes of the circuit's start (the state's values

@@ -34,18 +34,31 @@ inline Mat4 dagger(const Mat4& a) {
 
 inline double real_trace(const Mat4& a) { return a[0].real() + a[5].real() + a[10].real() + a[15].real(); }
 
-// A matrix as the passes read it: real and imaginary parts, row-major, in float32.
+// How a pass multiplies a block's matrix into its amplitudes (a choice the planner measures per CPU):
+// kFourMult, each complex product as four real multiply-adds; kThreeMult, three, the fourth traded for an
+// add per amplitude: yr = sum mr (xr + xi) - (mr + mi) xi, yi = sum mr (xr + xi) + (mi - mr) xr, 12 FMAs a row
+// instead of 16 (docs/kernel-notes.md#blocks-and-chunks).
+enum class Form : int { kFourMult = 0, kThreeMult = 1 };
+
+// A matrix as the passes read it: real and imaginary parts, row-major, in float32; and for kThreeMult the
+// negated sums -(mr + mi) and the differences mi - mr.
 struct Scalars {
   float r[16];
   float i[16];
+  float neg_sum[16];
+  float diff[16];
+  Form form;
 };
 
-inline Scalars scalars(const Mat4& u) {
+inline Scalars scalars(const Mat4& u, Form form) {
   Scalars s;
   for (int k = 0; k < 16; ++k) {
     s.r[k] = static_cast<float>(u[k].real());
     s.i[k] = static_cast<float>(u[k].imag());
+    s.neg_sum[k] = static_cast<float>(-(u[k].real() + u[k].imag()));
+    s.diff[k] = static_cast<float>(u[k].imag() - u[k].real());
   }
+  s.form = form;
   return s;
 }
 

@@ -15,27 +15,34 @@
 namespace qml {
 namespace {
 
-// Every state buffer handed out, by its bytes, and the released ones kept for reuse (oldest first).
+// A buffer's bytes, and whether its pages are huge.
+struct Kind {
+  size_t bytes;
+  bool huge;
+  bool operator==(const Kind& other) const { return bytes == other.bytes && huge == other.huge; }
+};
+
+// Every state buffer handed out, by its kind, and the released ones kept for reuse (oldest first).
 struct Recycler {
   std::mutex lock;
-  std::unordered_map<void*, size_t> bytes;
-  std::vector<std::pair<size_t, float*>> kept;
+  std::unordered_map<void*, Kind> kinds;
+  std::vector<std::pair<Kind, float*>> kept;
   size_t kept_bytes = 0;
 
-  float* take(size_t size) {
+  float* take(Kind kind) {
     for (auto it = kept.rbegin(); it != kept.rend(); ++it)
-      if (it->first == size) {
+      if (it->first == kind) {
         float* buffer = it->second;
         kept.erase(std::next(it).base());
-        kept_bytes -= size;
+        kept_bytes -= kind.bytes;
         return buffer;
       }
     return nullptr;
   }
 
   void drop_oldest() {
-    bytes.erase(kept.front().second);
-    kept_bytes -= kept.front().first;
+    kinds.erase(kept.front().second);
+    kept_bytes -= kept.front().first.bytes;
     std::free(kept.front().second);
     kept.erase(kept.begin());
   }
@@ -48,19 +55,20 @@ Recycler& recycler() {
 
 }  // namespace
 
-float* allocate_state(int qubits) {
+float* allocate_state(int qubits, bool huge_pages) {
   const size_t size = (size_t(2) << qubits) * sizeof(float);
+  const Kind kind{size, huge_pages && size >= kHugePage};
   Recycler& r = recycler();
   {
     std::lock_guard<std::mutex> hold(r.lock);
-    if (float* buffer = r.take(size)) return buffer;
+    if (float* buffer = r.take(kind)) return buffer;
   }
   const size_t align = size >= kHugePage ? kHugePage : 64;
   float* buffer = static_cast<float*>(std::aligned_alloc(align, size));
   if (!buffer) throw std::bad_alloc();
-  if (align == kHugePage) madvise(buffer, size, MADV_HUGEPAGE);
+  if (align == kHugePage) madvise(buffer, size, kind.huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   std::lock_guard<std::mutex> hold(r.lock);
-  r.bytes[buffer] = size;
+  r.kinds[buffer] = kind;
   return buffer;
 }
 
@@ -68,10 +76,10 @@ void release_state(void* buffer) noexcept {
   if (!buffer) return;
   Recycler& r = recycler();
   std::lock_guard<std::mutex> hold(r.lock);
-  const size_t size = r.bytes.at(buffer);
-  while (!r.kept.empty() && r.kept_bytes + size > std::max(size, kRecycledBytes)) r.drop_oldest();
-  r.kept.emplace_back(size, static_cast<float*>(buffer));
-  r.kept_bytes += size;
+  const Kind kind = r.kinds.at(buffer);
+  while (!r.kept.empty() && r.kept_bytes + kind.bytes > std::max(kind.bytes, kRecycledBytes)) r.drop_oldest();
+  r.kept.emplace_back(kind, static_cast<float*>(buffer));
+  r.kept_bytes += kind.bytes;
 }
 
 namespace {

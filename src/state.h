@@ -23,19 +23,22 @@ struct Planes {
   index_t size;  // amplitudes per plane
 };
 
-// Both planes of 2^qubits amplitudes in one buffer (not initialised), 64-byte aligned; from 2 MiB on, on
-// transparent huge pages where the OS gives them (fewer page faults and TLB misses). A released buffer is
-// kept for the next state of its size, up to kRecycledBytes of them, or the latest one alone when larger,
-// so a new state seldom faults in fresh pages (docs/kernel-notes.md#the-state-two-planes).
+// Both planes of 2^qubits amplitudes in one buffer (not initialised), 64-byte aligned; from 2 MiB on, with
+// `huge_pages` on transparent huge pages where the OS gives them (fewer page faults and TLB misses), else on
+// its small pages. A released buffer is kept for the next state of its size and pages, up to kRecycledBytes of
+// them, or the latest one alone when larger, so a new state seldom faults in fresh pages
+// (docs/kernel-notes.md#the-state-two-planes).
 constexpr size_t kRecycledBytes = size_t(128) << 20;
-float* allocate_state(int qubits);
+float* allocate_state(int qubits, bool huge_pages = true);
 void release_state(void* buffer) noexcept;
 
 struct ReleaseState {
   void operator()(float* buffer) const noexcept { release_state(buffer); }
 };
 using StateBuffer = std::unique_ptr<float, ReleaseState>;
-inline StateBuffer new_state_buffer(int qubits) { return StateBuffer(allocate_state(qubits)); }
+inline StateBuffer new_state_buffer(int qubits, bool huge_pages) {
+  return StateBuffer(allocate_state(qubits, huge_pages));
+}
 
 inline Planes planes_of(float* data, int qubits) {
   const index_t size = index_t(1) << qubits;

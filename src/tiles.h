@@ -2,6 +2,8 @@
 // none of its blocks touch. Tile t is the amplitudes whose window bits read t.
 #pragma once
 
+#include <initializer_list>
+
 #include "state.h"
 
 namespace qml {
@@ -44,6 +46,35 @@ struct TileRuns {
     do run(at | x);
     while ((x = (x - above) & above) != 0);
   }
+};
+
+// The next tile of one or two states fetched into the cache line by line (prefetchw), spread evenly over the
+// work a segment does on the tile before it, so that the segment's pass over memory overlaps its arithmetic
+// instead of following it. `work`: the units of work (groups) the segment does on a tile; `advance(done)`
+// after each `done` of them fetches the lines due by then, a line of each plane in turn.
+class TileAhead {
+ public:
+  TileAhead(std::initializer_list<Planes> states, index_t window, int qubits, index_t tile, index_t work)
+      : runs_(window, 0, qubits), at_(deposit_bits(tile, runs_.window)), work_(work) {
+    for (const Planes& s : states) planes_[count_++] = s.re, planes_[count_++] = s.im;
+    lines_ = index_t(count_) << (qubits - __builtin_popcountll(window) - kLineBits);
+  }
+
+  void advance(index_t done) {
+    done_ += done;
+    for (const index_t due = lines_ * done_ / work_; next_ < due; ++next_) {
+      const index_t amplitude = (next_ / count_) << kLineBits;
+      const index_t run = amplitude / runs_.length, within = amplitude % runs_.length;
+      __builtin_prefetch(planes_[next_ % count_] + (at_ | deposit_bits(run, runs_.above)) + within, 1, 2);
+    }
+  }
+
+ private:
+  static constexpr int kLineBits = 4;  // 16 floats, 64 bytes, a cache line
+  TileRuns runs_;
+  index_t at_, work_, lines_ = 0, done_ = 0, next_ = 0;
+  const float* planes_[4];
+  int count_ = 0;
 };
 
 }  // namespace qml

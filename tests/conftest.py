@@ -1,5 +1,6 @@
 """Shared fixtures: the commands run as a user runs them, in subprocesses with their own local Ray."""
 
+import atexit
 import importlib
 import json
 import os
@@ -30,10 +31,15 @@ SHELL_SETTINGS = re.compile(
 
 def isolate_from_the_shell() -> None:
     """Remove SHELL_SETTINGS from this process's environment (the commands' too: they inherit it), and
-    have Ray use no token authentication unless a test's Ray asks for it (the shared cluster uses none)."""
+    have Ray use no token authentication unless a test's Ray asks for it (the shared cluster uses none).
+    The kernel's planner keeps its plans in a cache folder of the run's own, and measures none in the tests'
+    own processes (a training's workers measure as the config says: the test of planning is its own)."""
     for name in [name for name in os.environ if SHELL_SETTINGS.fullmatch(name)]:
         del os.environ[name]
     os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ["QML_RAY_PLAN_SECONDS"] = "0"
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="qml_ray-tests-cache-")
+    atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 
 isolate_from_the_shell()
@@ -55,7 +61,7 @@ TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 # pyproject.toml sets it) each of their tests may run on any worker, beside the rest; every other
 # test runs on one worker, one after another (two Rays at once would share /tmp/ray and the cores).
 WITHOUT_RAY = {"bench", "callbacks", "cli", "cluster", "config", "data", "docs", "gcs_errors", "gradients"}
-WITHOUT_RAY |= {"features", "kernel_paths", "model", "pythons", "ray_internals", "runs"}
+WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "pythons", "ray_internals", "runs"}
 RAY_FIXTURES = {"shared_ray", "shared_cluster", "cluster", "multi_node_cluster", "trained_run", "run_copy"}
 
 

@@ -98,7 +98,7 @@ def test_disagreement_beyond_the_tolerance_is_named():
 
 
 def test_projection_spreads_the_headline_over_the_cluster():
-    from qml_ray.bench.circuits import project
+    from qml_ray.bench.projection import project
 
     projection = project(
         {
@@ -138,15 +138,15 @@ def test_bad_input_is_one_line_and_status_2(args, message):
 def test_the_roofline_of_the_kernels_passes(tmp_path):
     """Each pass kind of the kernel (small states, short timings): its operations and bytes per amplitude, its
     rates against this machine's peaks in each place, as a table and a plot."""
-    from qml_ray.bench import circuits, figures
+    from qml_ray.bench import figures, roofline
 
-    found = circuits.roofline(1, (("in cache", 10), ("from memory", 13)), 0.01)
+    found = roofline.roofline(1, (("in cache", 10), ("from memory", 13)), 0.01)
     assert found["peak_flops"] > 0 and found["pass_bandwidth from memory"] > 0
-    assert set(found["kinds"]) == set(circuits.PASS_KINDS)
+    assert set(found["kinds"]) == set(roofline.PASS_KINDS)
     for measured in found["kinds"].values():
         assert measured["in cache"]["bytes"] > 0 and measured["from memory"]["ns_per_amplitude"] > 0
     doc = {"threads": 1, "kernel_path": kernel.PATH, "probes": [{"qubits": 4}, {"qubits": 20, "roofline": found}]}
-    table = "\n".join(circuits.roofline_lines(doc["probes"]))
+    table = "\n".join(roofline.roofline_lines(doc["probes"]))
     assert "| relabelling | 0, 16 | " in table and "a state of 10 qubits in a core's cache" in table
     figures.plot_roofline(doc, tmp_path / "roofline.png")
     assert (tmp_path / "roofline.png").stat().st_size > 0
@@ -204,3 +204,31 @@ def test_side_by_side_bad_input(args):
 
     with pytest.raises(UsageError, match="qubits must be 4 to 30"):
         side_by_side.main(args)
+
+
+def test_plan_says_what_it_chose_and_why(tmp_path, capsys):
+    """bench.plan at 16 qubits on 1 and 2 threads: the machine's line, each thread count's triad bandwidth and FMA
+    peak, each size's choice with every measured choice's seconds (fastest first), the forward and each pass
+    kind against the roofline; the same as JSON."""
+    from qml_ray.bench import plan, roofline
+    from qml_ray.gradients.planner import machine
+
+    plan.main(["16", "--threads", "1,2", "--seconds", "1", "--out", str(tmp_path / "plan.json")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(machine()["cpu"]) and "triad" in out[1] and "FMA peak" in out[2]
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert [(size["qubits"], size["threads"]) for size in doc["sizes"]] == [(16, 1), (16, 2)]
+    for size in doc["sizes"]:
+        seconds = list(size["seconds"].values())
+        assert seconds == sorted(seconds) and size["choice"] in size["seconds"] and size["of_the_bound"] > 0
+        assert set(size["pass_seconds"]) == set(roofline.PASS_KINDS)
+    assert sum(line.startswith("16 qubits") for line in out) == 2 and sum("pass block:" in line for line in out) == 2
+
+
+@pytest.mark.parametrize("args", [["40"], ["20", "--threads", "0"], ["20", "--seconds", "0"]])
+def test_plan_bad_input(args):
+    from qml_ray.bench import plan
+    from qml_ray.errors import UsageError
+
+    with pytest.raises(UsageError, match="qubits must be 16 to 30"):
+        plan.main(args)

@@ -17,6 +17,8 @@ CHANGED = {
     "learning_rate": 0.1,
     "hidden_activation": "relu",
     "differentiator": "block",
+    "kernel_plan": "avx2 tiles=17",
+    "plan_seconds": 2.5,
     "workers": 3,
     "min_workers": 2,
     "cpus_per_worker": 2,

@@ -17,7 +17,7 @@ CONFIG = Config(qubits=5, examples=101, seed=11)
 def test_same_seed_writes_identical_parquet(tmp_path):
     data.write(CONFIG, str(tmp_path / "a"))
     data.write(CONFIG, str(tmp_path / "b"))
-    for split in data.SPLITS:
+    for split in datasets.SPLITS:
         first = pq.read_table(storage.split_path(str(tmp_path / "a"), split))
         second = pq.read_table(storage.split_path(str(tmp_path / "b"), split))
         assert first.equals(second)
@@ -31,7 +31,7 @@ def test_another_seed_gives_other_data():
 def test_labels_follow_the_excitation_angle_and_splits_cover_all_examples():
     tables = data.generate(CONFIG)
     assert sum(t.num_rows for t in tables.values()) == CONFIG.examples
-    assert tables["test"].num_rows == round(CONFIG.examples * CONFIG.test_fraction)
+    assert tables["validation"].num_rows == round(CONFIG.examples * CONFIG.test_fraction)
     for table in tables.values():
         angles, labels = table.column("angle").to_numpy(), table.column("label").to_numpy()
         np.testing.assert_array_equal(labels, np.where(np.abs(angles) <= np.pi / 2, 1.0, -1.0))

@@ -70,7 +70,7 @@ def test_inference_equals_in_process_prediction(trained_run):
     out = re.search(r"predictions in (\S+)", done.stdout).group(1)
     predicted = pq.read_table(out).to_pandas().sort_values("id")
 
-    test = pq.read_table(storage.split_path(str(run), "test"))
+    test = pq.read_table(storage.split_path(str(run), "validation"))
     model = load_trained_model(str(run))
     expected = model(tf.constant(test.column("circuit").to_pylist()), training=False).numpy()[:, 0]
     assert predicted["id"].tolist() == test.column("id").to_pylist()

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from google.cloud import storage as gcs
 
-from qml_ray import claims, config as config_lib, contract, storage
+from qml_ray import claims, config as config_lib, replica, storage
 from qml_ray.infer import load_trained_model
 
 from conftest import BUCKET, SMOKE, run_command
@@ -65,12 +65,12 @@ def test_inference_reads_the_stored_weights_and_writes_to_the_bucket(gcs_run, sh
     assert parts and "_COMPLETE" in blob_names(out[len(f"gs://{BUCKET}/") :] + "/")
     predicted = pd.concat(storage.read_parquet(f"{out}/{p}").to_pandas() for p in parts).sort_values("id")
 
-    test = storage.read_parquet(storage.split_path(gcs_run, "test"))
+    test = storage.read_parquet(storage.split_path(gcs_run, "validation"))
     trained = load_trained_model(gcs_run)  # downloads the stored weights
     circuits = tf.constant(test.column("circuit").to_pylist())
     expected = trained(circuits).numpy()[:, 0]
     np.testing.assert_allclose(predicted["prediction"].to_numpy(), expected, atol=1e-5)
-    untrained = contract.build(config_lib.of_run(gcs_run))  # the same seeded start, before training
+    untrained = replica.build(config_lib.of_run(gcs_run))  # the same seeded start, before training
     assert not np.allclose(untrained(circuits).numpy()[:, 0], expected, atol=1e-3)
 
 

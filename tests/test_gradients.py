@@ -17,8 +17,16 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import config, kernel
-from qml_ray.gradients import BlockAdjoint, FinalStates, UnsupportedGate, process_final_states, sharing_threads
+from qml_ray import choices, kernel, memory as state_model
+from qml_ray.choices import Choice
+from qml_ray.gradients import (
+    BlockAdjoint,
+    FinalStates,
+    UnsupportedGate,
+    planner,
+    process_final_states,
+    sharing_threads,
+)
 from qml_ray.gradients.plan import plan
 from qml_ray.model import cluster_state_circuit, qcnn_circuit, qubits_for
 
@@ -108,16 +116,25 @@ def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, thr
     assert np.abs(reference).max() > 0.01  # a real gradient, not zeros everywhere
     found = {}
     for path, n in itertools.product(kernel.supported_paths(), threads):
-        with kernel_on(path):
-            found[path, n] = block_forward, block = forward_and_gradient(
-                BlockAdjoint(threads=n, memory=memory), circuits, symbols, values, readouts, upstream
-            )
-        where = f"the {path} path on {n} thread(s)"
-        np.testing.assert_allclose(block_forward, exact, atol=1e-5, err_msg=where)
-        np.testing.assert_allclose(block_forward, tfq_forward, atol=1e-5, err_msg=where)
-        np.testing.assert_allclose(block @ directions.T, reference, rtol=1e-4, atol=1e-4, err_msg=where)
-        np.testing.assert_allclose(block, adjoint, rtol=tfq_tolerance, atol=tfq_tolerance, err_msg=where)
+        for choice in choice_variants(path):
+            with kernel_on(path):
+                found[path, n] = block_forward, block = forward_and_gradient(
+                    BlockAdjoint(threads=n, memory=memory, choice=choice), circuits, symbols, values, readouts, upstream
+                )
+            where = f"{choice} on {n} thread(s)"
+            np.testing.assert_allclose(block_forward, exact, atol=1e-5, err_msg=where)
+            np.testing.assert_allclose(block_forward, tfq_forward, atol=1e-5, err_msg=where)
+            np.testing.assert_allclose(block @ directions.T, reference, rtol=1e-4, atol=1e-4, err_msg=where)
+            np.testing.assert_allclose(block, adjoint, rtol=tfq_tolerance, atol=tfq_tolerance, err_msg=where)
     return found
+
+
+def choice_variants(path: str) -> list[Choice]:
+    """The planner's choices on `path` that take other code in the kernel, each field's other value in one:
+    the default (the tiles the test set), and the three-multiplication form with the next tile fetched ahead
+    and small pages. (Other tiles only cut other segments, which the tests of tiles cover.)"""
+    default = choices.default()._replace(path=path)
+    return [default, default._replace(form=3, prefetch=True, huge_pages=False)]
 
 
 @contextlib.contextmanager
@@ -161,7 +178,7 @@ def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, states, k
     values = rng.uniform(-2, 2, size=(3, len(symbols)))
     readouts = [[cirq.Z(q) for q in readout_qubits]] * 3
     upstream = rng.uniform(-1, 1, size=(3, len(readout_qubits)))
-    memory = states * config.AMPLITUDE_BYTES * 2**9
+    memory = states * state_model.AMPLITUDE_BYTES * 2**9
     final_states, from_kept = process_final_states(1, memory), []
     take = final_states.take
 
@@ -172,7 +189,8 @@ def test_the_gradient_from_kept_and_from_simulated_states(monkeypatch, states, k
 
     monkeypatch.setattr(final_states, "take", counted)
     check(circuits, symbols, values, readouts, upstream, threads=(1,), memory=memory)
-    assert from_kept == ([False] * (3 - kept) + [True] * kept) * len(kernel.supported_paths())
+    runs = len(kernel.supported_paths()) * len(choice_variants(kernel.PATH))
+    assert from_kept == ([False] * (3 - kept) + [True] * kept) * runs
 
 
 def test_only_a_forward_a_gradient_may_follow_keeps_its_states():
@@ -207,7 +225,7 @@ def test_only_a_forward_a_gradient_may_follow_keeps_its_states():
 def test_final_states_are_kept_while_the_memory_holds_them():
     """Final states are kept while they fit the memory beside the circuits in flight (2 states each, one per
     thread while each fits with its kept state); the oldest go first."""
-    states = FinalStates(threads=2, memory=16 * config.AMPLITUDE_BYTES * 2**23)
+    states = FinalStates(threads=2, memory=16 * state_model.AMPLITUDE_BYTES * 2**23)
     for qubits, kept in ((23, 12), (25, 2)):  # 16 states of 23 qubits: 2 circuits in flight; 4 of 25: one
         state = np.empty((2, 2**qubits), np.float32)  # pages never touched: no memory taken
         for key in range(kept + 3):
@@ -220,14 +238,17 @@ def test_the_memory_rule_of_a_16_vcpu_64_gib_node():
     state) one circuit per thread and 690 kept states; 28 qubits (2 GiB) 7 circuits at once and 8 kept states;
     30 qubits (8 GiB) one circuit and 3 kept states; with no bound, every state is kept."""
     gib = 2**30
-    memory = config.worker_state_memory(64 * gib, 16, 15)
+    memory = state_model.worker_state_memory(64 * gib, 16, 15)
     assert memory == 45 * gib
     for qubits, at_once, kept in ((23, 15, 690), (28, 7, 8), (30, 1, 3)):
-        one = config.AMPLITUDE_BYTES * 2**qubits
-        assert (config.circuits_at_once(one, 15, memory), config.kept_states(15, one, memory)) == (at_once, kept)
-        assert config.state_bytes(qubits, 15, memory) == (2 * at_once + kept) * one <= memory
-    assert config.kept_states(15, 8 * 2**32, 15 * gib) == 0  # 32 qubits: one circuit, nothing kept
-    assert config.kept_states(2, 8 * 2**23) == sys.maxsize
+        one = state_model.AMPLITUDE_BYTES * 2**qubits
+        assert (state_model.circuits_at_once(one, 15, memory), state_model.kept_states(15, one, memory)) == (
+            at_once,
+            kept,
+        )
+        assert state_model.state_bytes(qubits, 15, memory) == (2 * at_once + kept) * one <= memory
+    assert state_model.kept_states(15, 8 * 2**32, 15 * gib) == 0  # 32 qubits: one circuit, nothing kept
+    assert state_model.kept_states(2, 8 * 2**23) == sys.maxsize
 
 
 @pytest.mark.core
@@ -270,8 +291,9 @@ def count_states(monkeypatch, final_states: FinalStates) -> tuple[list, set]:
 
         return run
 
-    monkeypatch.setattr(kernel, "circuit_expectations", counted(kernel.circuit_expectations, 4))
-    monkeypatch.setattr(kernel, "circuit_gradient", counted(kernel.circuit_gradient, 5))
+    running = kernel.compiled(kernel.PATH)  # the module the plans' default choice runs on
+    monkeypatch.setattr(running, "circuit_expectations", counted(running.circuit_expectations, 4))
+    monkeypatch.setattr(running, "circuit_gradient", counted(running.circuit_gradient, 5))
     return held, parts_seen
 
 
@@ -286,7 +308,7 @@ def test_a_batch_fills_the_threads_by_size(monkeypatch, states, slots):
     circuits in flight (2 states each) and the kept states never hold more states than the memory; the values
     equal one thread's with no bound within 1e-6."""
     circuits, symbols, values, readouts, upstream = ladder_batch(16, 3, seed=3)
-    one_state = config.AMPLITUDE_BYTES * 2**16
+    one_state = state_model.AMPLITUDE_BYTES * 2**16
     adjoint = BlockAdjoint(threads=3, memory=states * one_state)
     assert adjoint.slots(3, 16) == slots and adjoint.slots(1, 16) == [3]
     held, parts_seen = count_states(monkeypatch, adjoint._states)
@@ -320,7 +342,7 @@ def test_the_differentiators_of_a_process_share_its_memory(monkeypatch):
     and kept states together never hold more than the 6 states (each alone would run 2 circuits at once); the
     values equal one thread's within 1e-6."""
     circuits, symbols, values, readouts, upstream = ladder_batch(16, 3, seed=4)
-    memory = 6 * config.AMPLITUDE_BYTES * 2**16
+    memory = 6 * state_model.AMPLITUDE_BYTES * 2**16
     first, second = BlockAdjoint(threads=3, memory=memory), BlockAdjoint(threads=3, memory=memory)
     assert first._states is second._states and first.slots(3, 16) == [2, 1]
     programs, names = tfq.convert_to_tensor(circuits).numpy(), np.array([str(s).encode() for s in symbols])
@@ -350,11 +372,13 @@ def tiles(monkeypatch):
     plans = importlib.import_module("qml_ray.gradients.plan")
 
     def planned_in_tiles_of(bits: int) -> None:
-        monkeypatch.setattr(plans.segments, "TILE_BITS", bits)
+        monkeypatch.setattr(choices, "DEFAULT_TILE_BITS", bits)
         plans._plan.cache_clear()
+        planner.planner.cache_clear()  # its choices made with other tiles
 
     yield planned_in_tiles_of
     plans._plan.cache_clear()  # the plans made with other tiles
+    planner.planner.cache_clear()
 
 
 @pytest.fixture

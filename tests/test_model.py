@@ -9,7 +9,7 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import contract
+from qml_ray import replica
 from qml_ray.config import Config, max_layers
 from qml_ray.model import (
     CONV_PARAMS,
@@ -58,7 +58,7 @@ def test_odd_qubit_counts_close_the_ring():
 
 @pytest.mark.parametrize("qubits, readouts", [(4, 2), (8, 4)])
 def test_parameter_count_and_output_shape(qubits, readouts):
-    model = contract.build(Config(qubits=qubits))
+    model = replica.build(Config(qubits=qubits))
     quantum = CONV_PARAMS + POOL_PARAMS
     dense = (readouts * 8 + 8) + (8 + 1)
     assert model.count_params() == quantum + dense
@@ -70,13 +70,13 @@ def test_parameter_count_and_output_shape(qubits, readouts):
     "activation, expected", [("linear", tf.keras.activations.linear), ("relu", tf.keras.activations.relu)]
 )
 def test_hidden_layer_is_linear_unless_configured(activation, expected):
-    model = contract.build(Config(qubits=4, hidden_activation=activation))
+    model = replica.build(Config(qubits=4, hidden_activation=activation))
     assert model.get_layer("dense_hidden").activation is expected
 
 
 def test_headline_23_qubit_model_builds():
     config = Config(qubits=23, layers=max_layers(23))
-    model = contract.build(config)
+    model = replica.build(config)
     assert model.get_layer("qcnn").output.shape == (None, 1)
     assert model.count_params() == max_layers(23) * (CONV_PARAMS + POOL_PARAMS) + (1 * 8 + 8) + 9
 
@@ -84,7 +84,7 @@ def test_headline_23_qubit_model_builds():
 @pytest.mark.core
 def test_pqc_expectations_equal_cirq_simulator():
     config = Config(qubits=4)
-    model = contract.build(config)
+    model = replica.build(config)
     qcnn = model.get_layer("qcnn")
     rng = np.random.default_rng(3)
     qcnn.set_weights([rng.uniform(0, 2 * np.pi, size=w.shape).astype(np.float32) for w in qcnn.get_weights()])

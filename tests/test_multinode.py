@@ -73,18 +73,33 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     started = time.monotonic()
     ray_cli(env, "job", "stop", train, "--address", url)
     stopped_after = time.monotonic() - started
-    logs = cluster.job_logs(train)
     assert exported == 1
-    assert cluster.job_status(train) == "STOPPED"
+    assert_stopped_cleanly(cluster, train, run, stopped_after)
+    rows = pq.read_table(user_project / "data").to_pandas()
+    held_out = datasets.held_out(rows["circuit"], SEED, TEST_FRACTION)
+    training = {circuit_hash(circuit) for circuit in rows["circuit"][~held_out]}
+    assert_streamed_in_shards(run, notes, training)
+
+    hold.unlink()
+    resumed = submit(url, env, *command, "--resume", "--data-in-memory-mb", 1, working_dir=user_project)
+    assert_resumed_in_memory(cluster, resumed, run, notes, training)
+    assert_inferred(cluster, submit(url, env, "qml_ray.infer", "--run", run, working_dir=user_project), run, rows)
+    print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
+
+
+def assert_stopped_cleanly(cluster, job: str, run: Path, stopped_after: float) -> None:
+    """`ray job stop` ended the job within seconds, its log ending with how to continue, the run free for
+    --resume and nothing in it complete."""
+    logs = cluster.job_logs(job)
+    assert cluster.job_status(job) == "STOPPED"
     assert logs.strip().splitlines()[-1] == "interrupted: continue with --name mine --resume", logs[-3000:]
     assert "Traceback" not in logs and stopped_after < 30, stopped_after
     assert not (run / claims.CLAIM).exists() and not (run / "weights").exists()
 
-    # Epoch 1, streamed: disjoint shards of one size, together every training row (but the last
-    # rows % 2), and never the whole data set.
-    rows = pq.read_table(user_project / "data").to_pandas()
-    held_out = datasets.held_out(rows["circuit"], SEED, TEST_FRACTION)
-    training = {circuit_hash(circuit) for circuit in rows["circuit"][~held_out]}
+
+def assert_streamed_in_shards(run: Path, notes: Path, training: set) -> None:
+    """Epoch 1, streamed: disjoint shards of one size, together every training row (but the last
+    rows % 2), and never the whole data set."""
     per_worker = len(training) // 2
     shards = [noted(notes, rank) for rank in (0, 1)]
     assert [len(shard) for shard in shards] == [per_worker, per_worker]
@@ -93,15 +108,19 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     assert len(recorded["train"]) == FILES and recorded["rows"]["train"] == len(training)
     assert recorded["held_out"] == {"seed": SEED, "test_fraction": TEST_FRACTION}
 
-    hold.unlink()
-    resumed = submit(url, env, *command, "--resume", "--data-in-memory-mb", 1, working_dir=user_project)
-    logs = cluster.job_logs(resumed)
-    assert cluster.job_status(resumed) == "SUCCEEDED", logs[-3000:]
+
+def assert_resumed_in_memory(cluster, job: str, run: Path, notes: Path, training: set) -> None:
+    """The resumed run, its data kept in memory: from epoch 1 again, each worker's shard read once and
+    trained on every epoch in another order; the stopped and the finished run in the Train view, one
+    training worker per worker node."""
+    logs = cluster.job_logs(job)
+    assert cluster.job_status(job) == "SUCCEEDED", logs[-3000:]
     # No checkpoint before the stop (every 5 epochs and the last): the run starts again from epoch 1.
     assert [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}  loss", logs, re.M)] == list(range(1, EPOCHS + 1))
     assert len(logs.splitlines()) <= EPOCHS + 10, logs  # the job's log: the command's console, nothing of Ray's
     history = pd.read_csv(run / storage.HISTORY)
     assert list(history["epoch"]) == [1, 2, 3] and history["loss"].iloc[-1] < history["loss"].iloc[0]
+    per_worker = len(training) // 2
     kept = [noted(notes, rank)[per_worker:] for rank in (0, 1)]  # each rank's epochs 1 to 3 in memory
     epochs = [[shard[e * per_worker : (e + 1) * per_worker] for e in range(EPOCHS)] for shard in kept]
     for shard in epochs:
@@ -113,16 +132,18 @@ def test_a_users_model_trains_on_shards_as_a_job_is_stopped_resumed_and_inferred
     workers = cluster.listed("actors", class_name="RayTrainWorker", job_id=finished["job_id"])
     assert len({actor["node_id"] for actor in workers}) == 2  # one training worker per worker node
 
-    infer = submit(url, env, "qml_ray.infer", "--run", run, working_dir=user_project)  # the held-out rows
-    assert cluster.job_status(infer) == "SUCCEEDED"
-    assert re.search(r"^loss \d\.\d+$", cluster.job_logs(infer), re.M)
+
+def assert_inferred(cluster, job: str, run: Path, rows: pd.DataFrame) -> None:
+    """The run's held-out rows inferred, each given a prediction beside its other columns."""
+    assert cluster.job_status(job) == "SUCCEEDED"
+    assert re.search(r"^loss \d\.\d+$", cluster.job_logs(job), re.M)
     [out] = (run / storage.PREDICTIONS).iterdir()
     predicted = pq.read_table(out).to_pandas()
+    held_out = datasets.held_out(rows["circuit"], SEED, TEST_FRACTION)
     assert sorted(predicted["id"]) == sorted(rows["id"][held_out])
     assert list(predicted.columns) == ["id", "command", "label", "prediction"]  # less the circuits it fed the model
     assert predicted["prediction"].dtype == np.float32 and predicted["prediction"].notna().all()
     assert {job["type"] for job in cluster.jobs()} == {"SUBMISSION"}  # no job of the script's (a client joining Ray)
-    print(f"\n`ray job stop` ended the job in {stopped_after:.1f} s")
 
 
 def circuit_hash(circuit: bytes) -> str:

@@ -206,8 +206,18 @@ def test_an_elastic_run_goes_on_at_once_without_a_lost_node_and_grows_back_when_
     hold.unlink()
     logs = follow(cluster, job)
     assert cluster.job_status(job) == "SUCCEEDED", logs[-3000:]
-
     assert (epoch, step) == (2, 1)  # the step it was held at
+    statuses = assert_went_on_and_grew_back(cluster, run, logs, epoch, step)
+    history_rows = history(run)  # the user's model learnt, with its own metrics
+    assert float(history_rows[-1]["loss"]) < float(history_rows[0]["loss"]) and "val_accuracy" in history_rows[0]
+    assert gradients_of(run) == [("pqc", "BlockAdjoint")]
+    resumed_after = float(history_rows[epoch]["finished_at"]) - lost_at  # the drained epoch's rest, on one worker
+    print(f"\nstatuses {statuses}; node lost, the drained epoch's rest done on one worker {resumed_after:.1f} s later")
+
+
+def assert_went_on_and_grew_back(cluster, run: Path, logs: str, epoch: int, step: int) -> list[str]:
+    """The elastic run resumed from the drained step on one worker, grew back to 2, and trained every step
+    once; its attempts' statuses in the dashboard's Train view."""
     rows = datasets.read_manifest(str(run))["rows"]["train"]
     steps = math.ceil(rows // 2 / 16)  # per epoch, 2 workers of 16 a batch, as 1 of 32
     assert steps == math.ceil(rows / 32)
@@ -226,12 +236,7 @@ def test_an_elastic_run_goes_on_at_once_without_a_lost_node_and_grows_back_when_
     [train_run] = [run for run in cluster.train_runs() if run["name"] == "elastic"]  # the dashboard's Train view
     statuses = [attempt["status"] for attempt in train_run["attempts"]]
     assert len(statuses) == 3 and statuses[-1] == "FINISHED" and train_run["status"] == "FINISHED", statuses
-
-    history_rows = history(run)  # the user's model learnt, with its own metrics
-    assert float(history_rows[-1]["loss"]) < float(history_rows[0]["loss"]) and "val_accuracy" in history_rows[0]
-    assert gradients_of(run) == [("pqc", "BlockAdjoint")]
-    resumed_after = float(history_rows[epoch]["finished_at"]) - lost_at  # the drained epoch's rest, on one worker
-    print(f"\nstatuses {statuses}; node lost, the drained epoch's rest done on one worker {resumed_after:.1f} s later")
+    return statuses
 
 
 def drain(cluster, node: str) -> None:

@@ -16,10 +16,10 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import config as config_lib, contract, storage
+from qml_ray import config as config_lib, replica, storage
 from qml_ray.worker import record_gradients
 
-from conftest import TUTORIAL, run_command
+from conftest import TUTORIAL, command_env, run_command
 from test_your_model import gradients_of
 
 BATCH = 16
@@ -31,8 +31,8 @@ def built(model, differentiator: str) -> tuple:
     """The model (a MODULE:FUNCTION or a function) as the contract builds it, and its gradients."""
     config = config_lib.Config(differentiator=differentiator)
     if isinstance(model, str):
-        return contract.build_with_gradients(config.replace(model=model))
-    return contract.build_with_gradients(config, model)
+        return replica.build_with_gradients(config.replace(model=model))
+    return replica.build_with_gradients(config, model)
 
 
 def loss_gradients(model, circuits, labels) -> list[np.ndarray]:
@@ -188,3 +188,28 @@ def test_training_with_block_and_tfq_gradients_agree(trained_run, tmp_path, shar
     assert len(block) == len(tfq_losses) == TFQ_EPOCHS
     assert block[-1] < block[0]  # it learns
     np.testing.assert_allclose(block, tfq_losses, atol=1e-3, rtol=0)
+
+
+SAMPLES = "it samples its expectations (repetitions or a noisy backend); the block method computes them exactly"
+
+
+def test_every_kind_of_layer_trains_and_the_console_names_its_gradient(tmp_path, shared_ray):
+    """A NoisyPQC, a NoisyControlledPQC, a sampled PQC, a bare SampledExpectation and a PQC whose
+    differentiator the model sets (tests/layer_kinds.py), trained by the command: each layer's gradient
+    is one console line, and recorded. The command joins the cluster as `--address auto` finds it (RAY_ADDRESS)."""
+    from examples import regression
+
+    regression.make_data(str(tmp_path / "data"), examples=24, files=1)
+    options = ("--model", "tests.layer_kinds:every_kind", "--data", tmp_path / "data", "--epochs", 1, "--workers", 1)
+    options += ("--batch-size", 8, "--storage", tmp_path / "runs", "--name", "kinds", "--address", "auto")
+    done = run_command("train", *options, env=command_env(RAY_ADDRESS=shared_ray))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = [line for line in done.stdout.splitlines() if line.startswith("quantum gradient of layer")]
+    assert sorted(said) == [
+        "quantum gradient of layer chosen (PQC): ForwardDifference (chosen by the model)",
+        f"quantum gradient of layer noisy (NoisyPQC): ParameterShift ({SAMPLES})",
+        f"quantum gradient of layer noisy_controlled (NoisyControlledPQC): ParameterShift ({SAMPLES})",
+        f"quantum gradient of layer sampled (PQC): ParameterShift ({SAMPLES})",
+        f"quantum gradient of layer sampled_expectation (SampledExpectation): ParameterShift ({SAMPLES})",
+    ]
+    assert len(gradients_of(tmp_path / "runs" / "kinds")) == len(said)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import ray.train
 
-from qml_ray import checkpoints, cli, config as config_lib, contract, infer, interrupts, storage, train
+from qml_ray import checkpoints, cli, config as config_lib, infer, interrupts, replica, storage, train
 from qml_ray.worker import restore
 
 SMALL = config_lib.Config(qubits=4)  # the QCNN at its smallest
@@ -31,7 +31,7 @@ def assert_same_weights(found: list, expected: list) -> None:
 
 def test_an_old_runs_weights_still_load_for_infer(tmp_path):
     weights = tmp_path / storage.WEIGHTS
-    expected = saved_under_the_old_prefix(weights, contract.build(SMALL))
+    expected = saved_under_the_old_prefix(weights, replica.build(SMALL))
     storage.mark_complete(str(weights))
     (tmp_path / storage.CONFIG).write_text(SMALL.to_yaml())
     assert_same_weights(infer.load_trained_model(str(tmp_path)).get_weights(), expected)
@@ -39,10 +39,10 @@ def test_an_old_runs_weights_still_load_for_infer(tmp_path):
 
 def test_an_old_runs_checkpoint_still_resumes(tmp_path):
     folder = tmp_path / storage.CHECKPOINTS / storage.checkpoint_name(3)
-    expected = saved_under_the_old_prefix(folder, contract.build(SMALL))
+    expected = saved_under_the_old_prefix(folder, replica.build(SMALL))
     (folder / storage.STATE_FILE).write_text(json.dumps({"epoch": 3, "history": []}))
     checkpoints.write_manifest(str(folder))
-    model = contract.build(SMALL)
+    model = replica.build(SMALL)
     assert restore(model, ray.train.Checkpoint(str(folder)), None) == (3, 0, [])
     assert_same_weights(model.get_weights(), expected)
 

@@ -97,6 +97,24 @@ def test_a_trial_that_dies_before_its_first_report_is_named_failed(tmp_path, sha
     ]
 
 
+def test_seeds_run_one_at_a_time_and_early_stopping_stops_the_worse(tmp_path, shared_ray):
+    """--seeds 2: a trial per seed; --max-concurrent 1: the second starts after the first ends, where the
+    cluster holds both; --early-stop val_loss: ASHA's one rung at the first checkpoint (epoch 2 of 4) stops
+    the later trial there if its val_loss is worse than the earlier's, else it trains on."""
+    options = ("--seeds", 2, "--max-concurrent", 1, "--early-stop", "val_loss", "--checkpoint-every", 2)
+    done = run_command("sweep", *SMALL, *options, "--storage", tmp_path, "--name", "s", "--address", shared_ray)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "2 trial(s), up to 1 at a time" in done.stdout
+    runs = [pd.read_csv(tmp_path / "s" / f"seed={seed}" / "metrics.csv") for seed in (7, 8)]
+    earlier, later = sorted(runs, key=lambda run: run["finished_at"].iloc[0])
+    assert later["finished_at"].iloc[0] - later["epoch_seconds"].iloc[0] > earlier["finished_at"].iloc[-1]
+    assert earlier["epoch"].tolist() == [1, 2, 3, 4]
+    worse = later["val_loss"].iloc[1] > earlier["val_loss"].iloc[1]
+    assert later["epoch"].tolist() == ([1, 2] if worse else [1, 2, 3, 4])
+    states = set(pd.read_csv(tmp_path / "s/results.csv")["state"])
+    assert states == ({"finished", "stopped early at epoch 2"} if worse else {"finished"})
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -3,6 +3,7 @@ A user's module and data trained, stopped, resumed and inferred as jobs, and swe
 the classifier example trained through lost nodes: test_preemption."""
 
 import json
+import os
 from pathlib import Path
 
 import cirq
@@ -22,6 +23,8 @@ def gradients_of(run: Path) -> list[tuple[str, str]]:
 
 
 def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path, shared_ray):
+    """qml_ray.fit trains a model function of the caller's, and qml_ray.predict infers with its weights; both
+    leave the caller's environment variables and working folder as they found them."""
     project = user_project
     import qml_ray
 
@@ -38,6 +41,7 @@ def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path, shar
 
     import ray
 
+    found = dict(os.environ), os.getcwd()
     try:
         trained = qml_ray.fit(
             model=tiny,
@@ -50,7 +54,9 @@ def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path, shar
         )
         assert trained.run == str(tmp_path / "fitted")
         assert {"loss", "mae", "val_loss", "val_mae"} <= set(trained.metrics)
+        assert (dict(os.environ), os.getcwd()) == found, "qml_ray.fit changed the caller's environment or folder"
         out = qml_ray.predict(trained.run, str(project / "data" / "part-000.parquet"))
+        assert (dict(os.environ), os.getcwd()) == found, "qml_ray.predict changed the caller's environment or folder"
     finally:
         ray.shutdown()
     predicted = pq.read_table(out).to_pandas()

@@ -2,7 +2,7 @@
 
 runtimes  qml_ray (Ray Train), the tf-operator-style baseline (plain TF_CONFIG processes) and
           one undistributed process, interleaved: epoch times, throughput, parallel efficiency,
-          start-up and memory, as JSON, a Markdown table and a PNG plot
+          start-up, the end after the last epoch and memory, as JSON, a Markdown table and a PNG plot
 circuits  forward and forward + gradient seconds per circuit against qubits (the QCNN's, or with
           --family controlled multi-controlled gates'), the block kernel's
           memory traffic against a state-sized in-place pass's, and the 23-qubit headline projected
@@ -23,6 +23,7 @@ from qml_ray import cli, config as config_lib, storage
 from qml_ray.bench import peers
 from qml_ray.bench.runtimes import POOLS, RUNTIMES
 from qml_ray.errors import UsageError
+from qml_ray.memory import machine_cpus, machine_memory, state_bytes, worker_state_memory
 
 MIN_SECONDS = 2.0  # bench circuits: each figure timed over at least this many seconds of calls
 
@@ -224,18 +225,21 @@ def add_elastic_command(commands) -> None:
 
 def require_cpus(processes: int, threads: int, remedy: str) -> None:
     """A UsageError unless this machine, where every benchmark process runs, has the CPUs for them."""
-    cpus = len(os.sched_getaffinity(0))
+    cpus = machine_cpus()
     if processes * threads > cpus:
-        raise UsageError(f"{processes} process(es) of {threads} CPU(s) need more than this machine's {cpus}: {remedy}")
+        raise UsageError(
+            f"{processes} process(es) of {threads} CPU(s) need more than this machine's {cpus:g}: {remedy}"
+        )
 
 
 def require_memory(processes: int, threads: int, qubits: int, remedy: str) -> None:
     """A UsageError unless this machine has the memory for the state vectors of `processes` processes
-    simulating `qubits` qubits on `threads` threads each, each sized as a worker is (`config.state_bytes` in
-    its `config.worker_state_memory`): only a circuit too large to run even alone fails."""
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    each = config_lib.worker_state_memory(memory, len(os.sched_getaffinity(0)), threads)
-    need = processes * config_lib.state_bytes(qubits, threads, each)
+    simulating `qubits` qubits on `threads` threads each, each sized as a worker is (`memory.state_bytes` in
+    its `memory.worker_state_memory`, of the machine's or its container's memory and CPUs): only a circuit too
+    large to run even alone fails."""
+    memory = machine_memory()
+    each = worker_state_memory(memory, machine_cpus(), threads)
+    need = processes * state_bytes(qubits, threads, each)
     if need > memory:
         raise UsageError(
             f"the state vectors of {qubits} qubits on {processes * threads} thread(s) need {need / 2**30:.3g} GiB, "
@@ -313,7 +317,7 @@ def circuits_main(args) -> None:
         {"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads, "OMP_NUM_THREADS": threads}
     )
     from qml_ray import kernel
-    from qml_ray.bench import circuits, figures
+    from qml_ray.bench import circuits, figures, projection
 
     print(f"block kernel: the {kernel.PATH} path (this CPU has {kernel.cpu_features()})", flush=True)
     probes = []
@@ -330,7 +334,7 @@ def circuits_main(args) -> None:
         )
         if args.peers:
             print(f"    {peers.progress_line(probe['peers'])}", flush=True)
-    headline = next((p for p in probes if p["qubits"] == circuits.HEADLINE.qubits and args.family == "qcnn"), None)
+    headline = next((p for p in probes if p["qubits"] == projection.HEADLINE.qubits and args.family == "qcnn"), None)
     doc = {
         "machine_cpus": os.cpu_count(),
         "threads": args.threads,
@@ -338,7 +342,7 @@ def circuits_main(args) -> None:
         "kernel_path": kernel.PATH,
         "family": args.family,
         "probes": probes,
-        "projection": circuits.project(headline, efficiency, source) if headline else None,
+        "projection": projection.project(headline, efficiency, source) if headline else None,
     }
     folder = write_outputs(args.out, "circuits", doc, circuits.markdown(doc))
     pictures = ", ".join(path.name for path in figures.draw(doc, folder))

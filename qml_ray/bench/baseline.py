@@ -94,7 +94,7 @@ def work(run: str) -> None:
     from qml_ray.datasets import SPLITS, shard
     from qml_ray.worker import Job, build_replica, kept_inputs, train_replica
 
-    tables = {split: data.read(run, drawn) for split, drawn in zip(SPLITS, data.SPLITS)}
+    tables = {split: data.read(run, split) for split in SPLITS}
     shards = {split: shard(table, rank, world_size) for split, table in tables.items()}
     rows = {split: table.num_rows for split, table in tables.items()}
     job = Job(config=config, run=run, rows=rows, label_width=1, in_memory=True)

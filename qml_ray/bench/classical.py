@@ -40,7 +40,7 @@ def cost_per_circuit(qubits: list[int], batch: int, min_seconds: float) -> list[
     import tensorflow as tf
 
     from qml_ray import quantum_layers
-    from qml_ray.bench.circuits import seconds_per_call
+    from qml_ray.bench.measure import seconds_per_call
 
     rows = []
     for count in qubits:

@@ -3,7 +3,8 @@
 Steady-state epoch seconds: the median of epochs 2.. of a run (each epoch timed on its slowest
 rank: training is synchronous), then the median over rounds; the first epoch (graph tracing,
 first collectives) is reported apart. Parallel efficiency: T_single / (workers x T_workers),
-for the same examples per epoch.
+for the same examples per epoch. End: the seconds from the last epoch's end (its epoch line) to
+the command's exit.
 """
 
 import statistics
@@ -18,6 +19,7 @@ RESULT_FIELDS = (
     "circuits_per_second",
     "parallel_efficiency",
     "startup_seconds",
+    "end_seconds",
     "peak_memory_mb_per_worker",
 )
 
@@ -46,6 +48,7 @@ def summarize(records: list[dict], train_examples: int, test_examples: int) -> t
                 "circuits_per_second": (train_examples + test_examples) / seconds,  # and validation: forward
                 "parallel_efficiency": single / (workers * seconds) if single else None,
                 "startup_seconds": statistics.median(r["startup_seconds"] for r in runs),
+                "end_seconds": statistics.median(r["end_seconds"] for r in runs),
                 "peak_memory_mb_per_worker": max(r["peak_memory_mb"] for r in runs),
             }
         )
@@ -76,15 +79,16 @@ def markdown(doc: dict) -> str:
         f"on {doc['machine_cpus']} CPUs.",
         "",
         "| runtime | thread pools | workers | first epoch (s) | steady epoch (s) | examples/s | circuits/s "
-        "| parallel efficiency | start-up (s) | peak memory per worker (MB) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| parallel efficiency | start-up (s) | end (s) | peak memory per worker (MB) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in doc["results"]:
         efficiency = "-" if r["parallel_efficiency"] is None else f"{r['parallel_efficiency']:.2f}"
         lines.append(
             f"| {r['runtime']} | {r['thread_pools']} | {r['workers']} | {r['first_epoch_seconds']:.2f} "
             f"| {r['steady_epoch_seconds']:.3f} | {r['examples_per_second']:.1f} | {r['circuits_per_second']:.1f} "
-            f"| {efficiency} | {r['startup_seconds']:.1f} | {r['peak_memory_mb_per_worker']:.0f} |"
+            f"| {efficiency} | {r['startup_seconds']:.1f} | {r['end_seconds']:.1f} "
+            f"| {r['peak_memory_mb_per_worker']:.0f} |"
         )
     if doc["ratios"]:
         lines += [

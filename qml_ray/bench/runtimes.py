@@ -6,6 +6,8 @@ epoch times and its peak memory to the run folder. Rounds are
 interleaved (and every other round reversed) so that drift of the machine hits all alike.
 """
 
+import csv
+import io
 import json
 import os
 import signal
@@ -93,7 +95,7 @@ def measure(case: Case, config_path: Path, folder: Path, name: str, timeout: flo
             os.killpg(process.pid, signal.SIGTERM)  # the command's own process group
             process.wait()
             code = f"none: stopped after {timeout:.0f} s"
-    wall = time.time() - launched
+    ended = time.time()
     timings = folder / "runs" / name / TIMINGS_FOLDER
     ranks = [json.loads(path.read_text()) for path in sorted(timings.glob("rank-*.json"))]
     if code != 0 or len(ranks) != case.workers:
@@ -108,15 +110,22 @@ def measure(case: Case, config_path: Path, folder: Path, name: str, timeout: flo
         "epoch_seconds": [max(epochs) for epochs in zip(*(rank["epoch_seconds"] for rank in ranks))],
         "startup_seconds": max(rank["first_step_at"] for rank in ranks) - launched,
         "peak_memory_mb": max(rank["peak_memory_mb"] for rank in ranks),
-        "wall_seconds": wall,
+        "end_seconds": ended - last_epoch_at(str(folder / "runs" / name)),
+        "wall_seconds": ended - launched,
         "rank_timings": ranks,  # each rank's epochs split into steps, validation and end-of-epoch work
     }
 
 
+def last_epoch_at(run: str) -> float:
+    """When the run's last epoch ended (Unix time, its metrics.csv row's): its epoch line's moment."""
+    *_, last = csv.DictReader(io.StringIO(storage.read_text(storage.join(run, storage.HISTORY))))
+    return float(last["finished_at"])
+
+
 def split_sizes(folder: Path, name: str) -> tuple[int, int]:
-    """Training and test examples of a finished run under `folder`."""
+    """Training and validation examples of a finished run under `folder`."""
     run = str(folder / "runs" / name)
-    return tuple(pq.read_metadata(storage.split_path(run, split)).num_rows for split in ("train", "test"))
+    return tuple(pq.read_metadata(storage.split_path(run, split)).num_rows for split in ("train", "validation"))
 
 
 def run_all(
@@ -136,7 +145,8 @@ def run_all(
             epochs = record["epoch_seconds"]
             print(
                 f"    first epoch {epochs[0]:.2f} s, then {statistics.median(epochs[1:]):.2f} s/epoch "
-                f"(median); start-up {record['startup_seconds']:.1f} s",
+                f"(median); start-up {record['startup_seconds']:.1f} s; ended {record['end_seconds']:.1f} s "
+                "after its last epoch",
                 flush=True,
             )
         train_examples, test_examples = split_sizes(folder, name)

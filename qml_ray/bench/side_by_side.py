@@ -5,7 +5,7 @@ speed drifts (a shared one) shifts them all alike.
     python -m qml_ray.bench.side_by_side 20 --circuits 4 --rounds 5   # one thread against qsim
     python -m qml_ray.bench.side_by_side 20 --rounds 30 --threads     # one circuit, 1 thread against 2
 
-The 1-layer QCNN's batch (`circuits.model_circuits`) through `BlockAdjoint`'s own `expectations` and
+The 1-layer QCNN's batch (`families.model_circuits`) through `BlockAdjoint`'s own `expectations` and
 `gradient` on numpy arrays, as `bench circuits --peers` runs it: the forward alone, as inference runs it (no
 final state kept), and a training step's forward + gradient (its states kept, the sweep from them). qsim at
 each of its fused-gate sizes, the best one's median counted. Needs the peers extra (`peers.INSTALL`).
@@ -31,11 +31,11 @@ def seconds(fn) -> float:
 
 def qcnn_circuits(qubits: int, circuits: int) -> dict:
     """The QCNN's batch of `circuits` circuits as the block kernel and qsim take them (`model_circuits`)."""
-    from qml_ray import contract
-    from qml_ray.bench.circuits import model_circuits, qcnn_batch
+    from qml_ray import replica
+    from qml_ray.bench.families import model_circuits, qcnn_batch
 
     config, batch = qcnn_batch(qubits, circuits)
-    return model_circuits(config, contract.build(config.replace(differentiator="block")), batch)
+    return model_circuits(config, replica.build(config.replace(differentiator="block")), batch)
 
 
 def block_calls(block, whole: dict) -> dict:
@@ -125,7 +125,14 @@ def main(argv=None) -> None:
         if peers.missing():
             raise UsageError(f"against qsim needs {', '.join(peers.missing())}, not installed: {peers.INSTALL}")
         found = against_qsim(args.qubits, args.circuits, args.rounds)
-    print(json.dumps(found), flush=True)
+    print(json.dumps(found | planned()), flush=True)
+
+
+def planned() -> dict:
+    """The CPU, and the planner's lines: the choice the block kernel ran with at each shape, measured or cached."""
+    from qml_ray.gradients import planner
+
+    return {"cpu": planner.machine()["cpu"], "kernel_plan": planner.planner().said()}
 
 
 if __name__ == "__main__":

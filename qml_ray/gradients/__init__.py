@@ -16,6 +16,7 @@ import functools
 import os
 import queue
 import threading
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -24,15 +25,19 @@ import tensorflow_quantum as tfq
 from tensorflow.python.eager import record
 from tensorflow_quantum.python.differentiators import differentiator
 
-from qml_ray import kernel
-from qml_ray.config import AMPLITUDE_BYTES, IN_FLIGHT_STATES, circuits_at_once, kept_states
-from qml_ray.gradients.memory import state_memory
-from qml_ray.gradients.plan import UnsupportedGate, canonical, canonical_plan
+from qml_ray.gradients import planner
+from qml_ray.gradients.plan import Choice, UnsupportedGate, canonical, canonical_plan
+from qml_ray.memory import AMPLITUDE_BYTES, IN_FLIGHT_STATES, circuits_at_once, kept_states, state_memory
 
 __all__ = ["BlockAdjoint", "FinalStates", "UnsupportedGate", "default_threads", "process_final_states"]
 
 SHARED_FROM_QUBITS = 16  # smaller circuits' passes are too short to share (docs/kernel-notes.md#threads)
 LANES_MADE = threading.Lock()  # held while a differentiator makes its lanes' threads (`lane_thread`)
+
+
+def shared_parts(qubits: int, threads: int) -> int:
+    """The parts a circuit's passes are cut into on a slot of `threads` threads: one below SHARED_FROM_QUBITS."""
+    return min(threads, sharing_threads()) if qubits >= SHARED_FROM_QUBITS else 1
 
 
 def default_threads() -> int:
@@ -49,18 +54,20 @@ def sharing_threads() -> int:
 
 class Inputs(NamedTuple):
     """One circuit as the kernel takes it: its program as it always serializes (`canonical`, looked up once a
-    call and kept for the kept state's key), its plan's circuit, and its readouts."""
+    call and kept for the kept state's key), the kernel's module of its plan's path, its plan's circuit, and
+    its readouts."""
 
     program: bytes
-    circuit: kernel.Circuit
-    readouts: kernel.Readouts
+    kernel: ModuleType
+    circuit: object  # kernel.Circuit
+    readouts: object  # kernel.Readouts
 
 
-def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray) -> Inputs:
-    """A circuit and its readouts as `kernel.circuit_expectations` / `circuit_gradient` take them."""
-    same = canonical(program)
-    circuit = canonical_plan(same, names)
-    return Inputs(same, circuit.compiled, circuit.readouts(tuple(pauli_sums)))
+def kernel_inputs(program: bytes, names: tuple, pauli_sums: np.ndarray, choice: Choice) -> Inputs:
+    """A circuit (canonical) and its readouts as the kernel's `circuit_expectations` / `circuit_gradient` take
+    them, planned as `choice` has it."""
+    planned = canonical_plan(program, names, choice)
+    return Inputs(program, planned.kernel, planned.compiled, planned.readouts(tuple(pauli_sums)))
 
 
 NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes for "simulate the state here"
@@ -68,7 +75,7 @@ NO_STATE = np.zeros((2, 0), np.float32)  # what `kernel.circuit_gradient` takes 
 
 class FinalStates:
     """The final states of the latest forward passes that a gradient may follow (LRU), as many as
-    `config.kept_states` allows on `threads` threads with `memory` bytes for the states (None: no bound), each
+    `memory.kept_states` allows on `threads` threads with `memory` bytes for the states (None: no bound), each
     taken once by the gradient of the same circuit at the same values: in a training step the gradient follows
     its forward, and its sweep then starts from the state instead of simulating the circuit again (one of the
     about 4 forwards' worth of work a circuit's forward + gradient costs). A worker holds the kept states, and
@@ -138,11 +145,13 @@ def process_final_states(threads: int, memory: int) -> FinalStates:
 class BlockAdjoint(tfq.differentiators.Differentiator):
     """Expectations and their adjoint gradients over fused two-qubit blocks, on `threads` threads
     (default: `default_threads()`), with the state vectors in `memory` bytes (default: `memory.state_memory`,
-    the threads' share of the machine's)."""
+    the threads' share of the machine's), each circuit planned as `choice` says (default: as this process's
+    `planner` measures it fastest for the circuit's shape)."""
 
-    def __init__(self, threads: int | None = None, memory: int | None = None):
+    def __init__(self, threads: int | None = None, memory: int | None = None, choice: Choice | None = None):
         self.threads = threads or default_threads()
         self.memory = memory or state_memory(self.threads)
+        self.choice = choice
         self._lanes = []
         self._states = process_final_states(self.threads, self.memory)
 
@@ -193,7 +202,7 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         out = np.zeros(pauli_sums.shape, np.float64)
 
         def one(row, inputs, parts) -> None:
-            state = kernel.circuit_expectations(inputs.circuit, values[row], inputs.readouts, out[row], parts)
+            state = inputs.kernel.circuit_expectations(inputs.circuit, values[row], inputs.readouts, out[row], parts)
             if keep_states:
                 self._states.keep(self._key(inputs.program, symbol_names, values[row]), state, id(self))
 
@@ -207,7 +216,9 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
 
         def one(row, inputs, parts) -> None:
             state = self._states.take(self._key(inputs.program, symbol_names, values[row]))
-            kernel.circuit_gradient(inputs.circuit, values[row], inputs.readouts, upstream[row], out[row], parts, state)
+            inputs.kernel.circuit_gradient(
+                inputs.circuit, values[row], inputs.readouts, upstream[row], out[row], parts, state
+            )
 
         self._each(one, programs, symbol_names, pauli_sums)
         self._states.clear(id(self))  # its states no gradient asked for (another batch's, a validation pass's) go too
@@ -223,20 +234,39 @@ class BlockAdjoint(tfq.differentiators.Differentiator):
         """run(row, inputs, parts) for each circuit of the batch, as many side by side as `slots` gives
         threads to (`_in_lanes`), each circuit of SHARED_FROM_QUBITS or more cut into its slot's parts."""
         names = self._names(symbol_names)
-        inputs = [kernel_inputs(program, names, sums) for program, sums in zip(programs, pauli_sums)]
-        if not inputs:
+        same = [canonical(program) for program in programs]
+        if not same:
             return
+        qubits = [planner.size(program, names)[0] for program in same]
+        lanes = self.slots(len(same), max(qubits))
+        if len(lanes) > 1 and max(qubits) >= SHARED_FROM_QUBITS and self._spread(same[0], names, pauli_sums[0]):
+            lanes = [self.threads]  # one circuit at a time on every thread: faster here than side by side
+        parts = {(row, lane): shared_parts(qubits[row], lane) for row in range(len(same)) for lane in set(lanes)}
+        inputs = {
+            (row, lane): kernel_inputs(
+                same[row], names, pauli_sums[row], self._choice(same[row], names, pauli_sums[row], n)
+            )
+            for (row, lane), n in parts.items()
+        }
 
-        def one(row: int, parts: int) -> None:
-            qubits = inputs[row].circuit.qubits
-            with self._states.in_flight(IN_FLIGHT_STATES * AMPLITUDE_BYTES * 2**qubits):
-                run(row, inputs[row], min(parts, sharing_threads()) if qubits >= SHARED_FROM_QUBITS else 1)
+        def one(row: int, lane: int) -> None:
+            with self._states.in_flight(IN_FLIGHT_STATES * AMPLITUDE_BYTES * 2 ** qubits[row]):
+                run(row, inputs[row, lane], parts[row, lane])
 
-        self._in_lanes(one, len(inputs), self.slots(len(inputs), max(each.circuit.qubits for each in inputs)))
+        self._in_lanes(one, len(same), lanes)
+
+    def _spread(self, program: bytes, names: tuple, pauli_sums: np.ndarray) -> bool:
+        """Whether the planner has a batch like this one run one circuit at a time on every thread (where the
+        memory holds several at once); never with a fixed choice."""
+        return not self.choice and planner.planner().spread(program, names, pauli_sums, self.threads) == "shared"
+
+    def _choice(self, program: bytes, names: tuple, pauli_sums: np.ndarray, parts: int) -> Choice:
+        """This differentiator's choice, or the one the planner has for the circuit's shape on `parts` threads."""
+        return self.choice or planner.planner().choice(program, names, pauli_sums, parts)
 
     def slots(self, circuits: int, qubits: int) -> list[int]:
         """The threads of each circuit a batch of `circuits` circuits of up to `qubits` qubits runs at once:
-        as many circuits as `config.circuits_at_once` fits in the memory (one per thread while they fit), no more
+        as many circuits as `memory.circuits_at_once` fits in the memory (one per thread while they fit), no more
         than the batch has, the threads shared between them as evenly as they divide."""
         at_once = min(circuits, circuits_at_once(AMPLITUDE_BYTES * 2**qubits, self.threads, self.memory))
         share, more = divmod(self.threads, at_once)

@@ -14,6 +14,9 @@ The plan is a pipeline of stages, each a module to read on its own, in this orde
    kernel applies tile by tile (cache blocking).
 6. `arrays`: all of it as the arrays of a `Circuit`, which the kernel copies (`kernel.Circuit`).
 
+The last two take a `choice.Choice`: what is left to the CPU (the SIMD path, the tiles, the pass's form, ...),
+which `qml_ray.gradients.planner` measures; without one, `choice.default()`.
+
 Beside them, `readouts`: a circuit's Pauli sums as the arrays of `Readouts` (`kernel.Readouts`).
 """
 
@@ -22,46 +25,51 @@ import functools
 import hashlib
 import threading
 from dataclasses import dataclass
+from types import ModuleType
+from typing import NamedTuple
 
 from tensorflow_quantum.core.proto import program_pb2
 
-from qml_ray import kernel
+from qml_ray import choices, kernel
+from qml_ray.choices import Choice
 from qml_ray.gradients.plan import arrays, fusion, gates, placement, readouts, segments, start
 from qml_ray.gradients.plan.arrays import Circuit
 from qml_ray.gradients.plan.gates import UnsupportedGate
 from qml_ray.gradients.plan.readouts import Readouts
 
-__all__ = ["Circuit", "Plan", "Readouts", "UnsupportedGate", "canonical", "canonical_plan", "plan"]
+__all__ = ["Choice", "Circuit", "Plan", "Readouts", "UnsupportedGate", "canonical", "canonical_plan", "plan"]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A circuit's arrays, the kernel's circuit made from them, and the bit each of its qubits ends on (for
-    its readouts)."""
+    """A circuit's arrays, the kernel's module (of the choice's path) and its circuit made from them, and the
+    bit each of its qubits ends on (for its readouts)."""
 
     circuit: Circuit
-    compiled: kernel.Circuit
+    kernel: ModuleType
+    compiled: object  # self.kernel.Circuit
     qubit_index: dict  # serialized qubit id -> its bit at the end of the circuit
+    choice: Choice
 
-    def readouts(self, pauli_sums: tuple) -> kernel.Readouts:
+    def readouts(self, pauli_sums: tuple):
         """The serialized Pauli sums on this circuit's qubits, as the kernel reads them."""
-        return readouts.compiled(pauli_sums, tuple(self.qubit_index.items()), kernel.PATH)
+        return readouts.compiled(pauli_sums, tuple(self.qubit_index.items()), self.choice.path)
 
     def readout_arrays(self, pauli_sums: tuple) -> Readouts:
         """The serialized Pauli sums on this circuit's qubits: the arrays `kernel.Readouts` is made from."""
         return readouts.arrays(pauli_sums, tuple(self.qubit_index.items()))
 
 
-def plan(program: bytes, symbol_names: tuple) -> Plan:
-    """The plan of a serialized program, its symbols numbered as in `symbol_names`. Plans are cached by
-    the program's deterministic serialization (TFQ's ops serialize argument maps in varying order), and the
-    kernel's path (`kernel.use`)."""
-    return canonical_plan(canonical(program), symbol_names)
+def plan(program: bytes, symbol_names: tuple, choice: Choice | None = None) -> Plan:
+    """The plan of a serialized program, its symbols numbered as in `symbol_names`, made as `choice` says
+    (default: `choice.default()`, on the kernel's path, `kernel.use`). Plans are cached by the program's
+    deterministic serialization (TFQ's ops serialize argument maps in varying order) and the choice."""
+    return canonical_plan(canonical(program), symbol_names, choice)
 
 
-def canonical_plan(program: bytes, symbol_names: tuple) -> Plan:
+def canonical_plan(program: bytes, symbol_names: tuple, choice: Choice | None = None) -> Plan:
     """`plan` of a program `canonical` serialized."""
-    return _plan(program, symbol_names, kernel.PATH)
+    return _plan(program, symbol_names, choice or choices.default())
 
 
 CANONICAL_FORMS = 8192  # programs whose canonical form is kept (by digest), as many as plans
@@ -88,9 +96,19 @@ _canonical_forms: collections.OrderedDict = collections.OrderedDict()  # digest 
 _canonical_lock = threading.Lock()
 
 
+class _Placed(NamedTuple):
+    """A program through the stages that no choice changes."""
+
+    index: dict  # serialized qubit id -> its qubit number
+    names: dict  # symbol name -> its number
+    start_factors: list
+    blocks: list
+    placed: placement.Placement
+
+
 @functools.lru_cache(maxsize=8192)
-def _plan(program: bytes, symbol_names: tuple, path: str) -> Plan:
-    """The stages, one after another, for the kernel on `path`."""
+def _placed(program: bytes, symbol_names: tuple) -> _Placed:
+    """The stages up to the placement, the same for every choice."""
     proto = program_pb2.Program.FromString(program)
     ops = [op for moment in proto.circuit.moments for op in moment.operations]
     index = gates.qubit_index(ops)
@@ -99,12 +117,19 @@ def _plan(program: bytes, symbol_names: tuple, path: str) -> Plan:
     qubits = max(kernel.MIN_QUBITS, len(index))
     start_factors, rest = start.split(factors, qubits)
     blocks = fusion.fuse(rest, qubits)
-    placed = placement.place(blocks, qubits)
-    scheduled = segments.schedule(
-        placed.bits, placed.relabel, [bool(b.controls) for b in blocks], qubits, placed.bit_maps
-    )
-    circuit = arrays.circuit(blocks, placed, scheduled, start_factors, names)
-    return Plan(circuit, kernel.Circuit(circuit), {q: placed.final[i] for q, i in index.items()})
+    return _Placed(index, names, start_factors, blocks, placement.place(blocks, qubits))
+
+
+@functools.lru_cache(maxsize=8192)
+def _plan(program: bytes, symbol_names: tuple, choice: Choice) -> Plan:
+    """The segments and arrays of a placed program as `choice` has them, for the kernel on its path."""
+    p = _placed(program, symbol_names)
+    qubits = len(p.placed.first)
+    masked = [bool(b.controls) for b in p.blocks]
+    scheduled = segments.schedule(p.placed.bits, p.placed.relabel, masked, qubits, p.placed.bit_maps, choice.tile_bits)
+    circuit = arrays.circuit(p.blocks, p.placed, scheduled, p.start_factors, p.names, choice)
+    module = kernel.compiled(choice.path)
+    return Plan(circuit, module, module.Circuit(circuit), {q: p.placed.final[i] for q, i in p.index.items()}, choice)
 
 
 def _symbol_numbers(factors: list[gates.Factor], symbol_names: tuple) -> dict[str, int]:

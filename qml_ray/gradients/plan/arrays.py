@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from qml_ray.choices import FORMS, Choice
 from qml_ray.gradients.plan import segments, start
 from qml_ray.gradients.plan.fusion import Block
 from qml_ray.gradients.plan.gates import Factor, on_pair
@@ -41,13 +42,22 @@ class Circuit(NamedTuple):
     start_phases: np.ndarray  # [phases, 4] complex128: its diagonal, indexed 2 * bit(hi) + bit(lo)
     start_linked: np.ndarray  # [low] bool: bits below low = min(kernel.START_BITS, qubits) in a phase with one above
     start_table: np.ndarray  # [2, 2^low] float32: the start on the bits below low, but for the linked bits' amplitudes
+    form: int  # a block's pass in the kernel's form 0 (four real multiply-adds a complex product) or 1 (three)
+    prefetch: bool  # whether a segment fetches its next tile into the cache while its blocks work on one
+    huge_pages: bool  # whether its states (from 2 MiB) ask for transparent huge pages
 
 
 def circuit(
-    blocks: list[Block], placement: Placement, schedule: segments.Schedule, start_factors: list[Factor], names: dict
+    blocks: list[Block],
+    placement: Placement,
+    schedule: segments.Schedule,
+    start_factors: list[Factor],
+    names: dict,
+    choice: Choice,
 ) -> Circuit:
     """The circuit's arrays: the blocks in the schedule's order on the bits `placement` gives them, in its
-    segments and windows, their factors' symbols numbered as in `names`, and the start's arrays."""
+    segments and windows, their factors' symbols numbered as in `names`, the start's arrays, and the passes
+    as `choice` has them (the schedule made with its tiles)."""
     qubits = len(placement.first)
     bits, masks, order = placement.bits, placement.masks, schedule.order
     factors = _Factors(names)
@@ -63,9 +73,12 @@ def circuit(
         bit_maps=np.array(placement.bit_maps, np.int64).reshape(-1, qubits),
         segments=schedule.segments,
         windows=schedule.windows,
-        tile_bits=segments.TILE_BITS,
+        tile_bits=choice.tile_bits,
         **factors.arrays(),
         **start.arrays(start_factors, placement.first),
+        form=FORMS.index(choice.form),
+        prefetch=choice.prefetch,
+        huge_pages=choice.huge_pages,
     )
 
 

@@ -31,9 +31,9 @@ def arrays(pauli_sums: tuple, qubit_index: tuple) -> Readouts:
 
 
 @functools.lru_cache(maxsize=8192)
-def compiled(pauli_sums: tuple, qubit_index: tuple, path: str) -> kernel.Readouts:
-    """The same as the kernel's own copy, for the kernel on `path` (kernel.PATH)."""
-    return kernel.Readouts(arrays(pauli_sums, qubit_index))
+def compiled(pauli_sums: tuple, qubit_index: tuple, path: str):
+    """The same as the kernel's own copy, for the kernel on `path` (a `kernel.compiled(path).Readouts`)."""
+    return kernel.compiled(path).Readouts(arrays(pauli_sums, qubit_index))
 
 
 def _terms(pauli_sum: bytes, index: dict) -> list[tuple[float, int, int, int]]:
