@@ -6,7 +6,7 @@ model functions), tf-keras 2.18 draws each new layer's seed with `random.Random.
 fixed in no tf-keras release for TensorFlow 2.18): every layer built after the seeding fails. Importing
 this module gives tf-keras a seed generator whose `randint` takes whole-valued bounds as Python 3.11's did,
 so a seeded model draws the same seeds on both. `model.py` and `quantum_layers.py` import it, so it is in
-place before the contract runs any model function.
+place before `replica.py` runs any model function.
 """
 
 import random
