@@ -90,12 +90,20 @@ def pytest_xdist_make_scheduler(config, log):
     return TwoRayLanes(config, log)
 
 
+# The fixtures of a training (a minute or less), whose tests are therefore `slow` too.
+TRAINED_RUNS = {"trained_run", "named_run", "gcs_run"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Refuse a test that uses a Ray outside its lane (a check of the lists): one of a WITHOUT_RAY
-    module, a multi-node or autoscaling cluster outside ON_CLUSTERS, the shared Ray inside. Run the
-    multi-node cluster's tests last, so that the cluster stops as soon as they end."""
+    module, a multi-node or autoscaling cluster outside ON_CLUSTERS, the shared Ray inside. Mark the
+    tests of a trained run `slow`. Run the multi-node cluster's tests last, so that the cluster stops
+    as soon as they end."""
     for item in items:
         module, fixtures = module_of(item.nodeid), set(item.fixturenames)
+        if TRAINED_RUNS & fixtures:
+            item.add_marker(pytest.mark.slow)
         wrong = RAY_FIXTURES if module in WITHOUT_RAY else CLUSTER_FIXTURES
         wrong = SHARED_FIXTURES if module in ON_CLUSTERS else wrong
         if uses := wrong & fixtures:

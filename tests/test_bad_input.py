@@ -556,6 +556,7 @@ def test_error_text_is_one_bounded_line():
     assert len(long) == MAX_LINE and long.endswith("...")
 
 
+@pytest.mark.slow  # a training's workers started
 @pytest.mark.parametrize(
     "model, data, message",
     [

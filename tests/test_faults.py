@@ -148,6 +148,7 @@ def interrupt(command: Command, signum: int, hold: Path, what: str) -> Ended:
     return ended
 
 
+@pytest.mark.slow  # a training
 def test_sigterm_stops_training_at_once_and_says_how_to_continue(tmp_path):
     runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
     options = (*ONE_WORKER, *HOLD, "--storage", runs, "--name", "r")
@@ -224,6 +225,7 @@ def two_at_once(runs: str, *options, env: dict | None = None) -> tuple[Command, 
     return winner, refused
 
 
+@pytest.mark.slow  # a training
 def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trains(tmp_path, in_process, shared_ray):
     """Then Ctrl-C stops the training at once, and nothing is written after the refusals either."""
     runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
@@ -296,6 +298,7 @@ def fill(disk: Path) -> None:
             pass
 
 
+@pytest.mark.slow  # a training
 def test_a_full_disk_stops_training_at_once_naming_it(small_disk, tmp_path, shared_ray):
     hold = tmp_path / HOLD_FILE
     options = (*ONE_WORKER, "--max-failures", 3, "--storage", small_disk, "--name", "r", "--address", shared_ray)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import cirq
 import pyarrow.parquet as pq
+import pytest
 import tensorflow_quantum as tfq
 
 from qml_ray import storage
@@ -21,6 +22,7 @@ def gradients_of(run: Path) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.slow  # a training
 def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path, shared_ray):
     project = user_project
     import qml_ray
