@@ -383,8 +383,8 @@ def shared_cluster():
     env = command_env(RAY_AUTH_MODE="disabled", RAY_prestart_worker_first_driver="0", **LOCAL_RAY_SETTINGS)
     head = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--port", str(port), "--num-cpus", str(CPUS)]
     head += ["--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), "--temp-dir", str(temp)]
-    # Ray's default agent port (52365) stays free for the multi-node clusters' heads: jobs are
-    # submitted through the head's agent, which has none if another Ray holds that port.
+    # An agent port of its own, as the multi-node cluster's head has: a head whose agent port another
+    # Ray holds (Ray's default, 52365, is every local Ray's) has no agent, and jobs go through it.
     head += ["--dashboard-agent-listen-port", str(agent)]
     with open(temp / "head.log", "w") as log:  # the head keeps its copy
         process = subprocess.Popen(head, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
