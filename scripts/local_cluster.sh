@@ -9,7 +9,7 @@
 #   scripts/local_cluster.sh down
 #
 # Environment: QML_RAY_CLUSTER_DIR (PIDs and logs; /tmp/qml-ray-cluster), RAY_PORT (6380),
-# DASHBOARD_PORT (8265). The cluster uses Ray's token authentication: clients need
+# DASHBOARD_PORT (8265), DASHBOARD_AGENT_PORT (the head's agent, which runs the jobs; 52365). The cluster uses Ray's token authentication: clients need
 # RAY_AUTH_MODE=token too (the token is in ~/.ray/auth_token), e.g.
 #   RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 ...
 set -euo pipefail
@@ -20,6 +20,7 @@ export RAY_idle_worker_killing_time_threshold_ms=${RAY_idle_worker_killing_time_
 dir=${QML_RAY_CLUSTER_DIR:-/tmp/qml-ray-cluster}
 port=${RAY_PORT:-6380}
 dashboard=${DASHBOARD_PORT:-8265}
+agent=${DASHBOARD_AGENT_PORT:-52365}
 
 start_node() {  # log name, then `ray start` arguments: the node is a session of its own, led by its PID
   local log=$1; shift
@@ -64,7 +65,7 @@ up() {
   if [ -s "$dir/pids" ]; then echo "error: a cluster is already up ($dir/pids): run down first" >&2; exit 2; fi
   ray get-auth-token --generate > /dev/null
   start_node head --head --port "$port" --num-cpus 0 --include-dashboard true \
-    --dashboard-host 127.0.0.1 --dashboard-port "$dashboard"
+    --dashboard-host 127.0.0.1 --dashboard-port "$dashboard" --dashboard-agent-listen-port "$agent"
   wait_for_nodes 1
   for i in $(seq "$nodes"); do  # one at a time: nodes racing to register can time out
     start_node "worker-$i" --address "127.0.0.1:$port" --num-cpus "$cpus" --temp-dir "$(node_temp_dir)"

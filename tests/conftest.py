@@ -58,11 +58,17 @@ TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 
 
 # The test modules none of whose tests starts or joins a Ray. Under pytest-xdist (`-n 2`, as
-# pyproject.toml sets it) each of their tests may run on any worker, beside the rest; every other
-# test runs on one worker, one after another (two Rays at once would share /tmp/ray and the cores).
+# pyproject.toml sets it) each of their tests may run on any worker, beside the rest.
 WITHOUT_RAY = {"bench", "callbacks", "cli", "cluster", "config", "data", "docs", "gcs_errors", "gradients"}
 WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "pythons", "ray_internals", "runs"}
+# The modules of the clusters of their own: the multi-node cluster, the autoscaling one, and the runtimes
+# benchmark's local Rays. Their tests run on one worker, one after another, while the tests of every
+# other Ray module (the shared Ray's, the trained tutorial's) run on the other: two lanes of Ray tests,
+# each keeping its own session fixtures.
+ON_CLUSTERS = {"autoscaler", "bench_runtimes", "multinode", "preemption"}
 RAY_FIXTURES = {"shared_ray", "shared_cluster", "cluster", "multi_node_cluster", "trained_run", "run_copy"}
+CLUSTER_FIXTURES = {"cluster", "multi_node_cluster", "autoscaling_cluster"}
+SHARED_FIXTURES = {"shared_ray", "shared_cluster"}
 
 
 def module_of(nodeid: str) -> str:
@@ -70,24 +76,44 @@ def module_of(nodeid: str) -> str:
     return Path(nodeid.partition("::")[0]).stem.removeprefix("test_")
 
 
-class OneRayAtATime(LoadScopeScheduling):
-    """xdist's scheduling by scope, where the tests that may start or join a Ray are one scope."""
+def lane_of(nodeid: str) -> str:
+    """The test's scope for xdist: its own (no Ray), the clusters' lane, or the shared Ray's lane."""
+    module = module_of(nodeid)
+    if module in WITHOUT_RAY:
+        return nodeid
+    return "clusters" if module in ON_CLUSTERS else "ray"
+
+
+class TwoRayLanes(LoadScopeScheduling):
+    """xdist's scheduling by scope, where the tests of each lane of Ray tests are one scope."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return nodeid if module_of(nodeid) in WITHOUT_RAY else "ray"
+        return lane_of(nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    return OneRayAtATime(config, log)
+    return TwoRayLanes(config, log)
 
 
+# The fixtures of a training (a minute or less), whose tests are therefore `slow` too.
+TRAINED_RUNS = {"trained_run", "named_run", "gcs_run"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Refuse a test of a WITHOUT_RAY module that uses a Ray (a check of the list). Run the multi-node
-    cluster's tests last, so that the cluster stops as soon as they end."""
+    """Refuse a test that uses a Ray outside its lane (a check of the lists): one of a WITHOUT_RAY
+    module, a multi-node or autoscaling cluster outside ON_CLUSTERS, the shared Ray inside. Mark the
+    tests of a trained run `slow`. Run the multi-node cluster's tests last, so that the cluster stops
+    as soon as they end."""
     for item in items:
-        if module_of(item.nodeid) in WITHOUT_RAY and (uses := RAY_FIXTURES & set(item.fixturenames)):
-            raise pytest.UsageError(f"{item.nodeid} uses {sorted(uses)}: move it out of conftest.WITHOUT_RAY's modules")
+        module, fixtures = module_of(item.nodeid), set(item.fixturenames)
+        if TRAINED_RUNS & fixtures:
+            item.add_marker(pytest.mark.slow)
+        wrong = RAY_FIXTURES if module in WITHOUT_RAY else CLUSTER_FIXTURES
+        wrong = SHARED_FIXTURES if module in ON_CLUSTERS else wrong
+        if uses := wrong & fixtures:
+            raise pytest.UsageError(f"{item.nodeid} uses {sorted(uses)}: out of its lane (conftest.ON_CLUSTERS)")
     items.sort(key=lambda item: "multi_node_cluster" in item.fixturenames)
 
 
@@ -215,12 +241,20 @@ TUTORIAL_EPOCHS = 10  # of its 50, a multiple of its checkpoint_every: validatio
 def trained_run(tmp_path_factory) -> TrainedRun:
     """The tutorial config (the original's model and training) trained as the README's main
     command trains it, from a clean process with a local Ray of its own: 2 Ray Train workers,
-    seeded, for TUTORIAL_EPOCHS epochs."""
-    storage = tmp_path_factory.mktemp("runs")
-    options = ("--epochs", TUTORIAL_EPOCHS, "--storage", storage, "--name", "tutorial")
-    done = run_command("train", "--config", TUTORIAL, *options)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return TrainedRun(storage / "tutorial", done.stdout + done.stderr)
+    seeded, for TUTORIAL_EPOCHS epochs. Trained once for the whole test run: the first xdist
+    worker to need it trains it (holding a lock), the other then finds it."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()  # under xdist, a worker's: its parent is the test run's
+    storage = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tutorial-runs"
+    output = storage.with_suffix(".out")
+    with FileLock(f"{storage}.lock"):
+        if not output.exists():
+            options = ("--epochs", TUTORIAL_EPOCHS, "--storage", storage, "--name", "tutorial")
+            done = run_command("train", "--config", TUTORIAL, *options)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            output.write_text(done.stdout + done.stderr)
+    return TrainedRun(storage / "tutorial", output.read_text())
 
 
 FILES = 8  # the data set's Parquet files
@@ -355,8 +389,8 @@ def shared_cluster():
     env = command_env(RAY_AUTH_MODE="disabled", RAY_prestart_worker_first_driver="0", **LOCAL_RAY_SETTINGS)
     head = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--port", str(port), "--num-cpus", str(CPUS)]
     head += ["--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), "--temp-dir", str(temp)]
-    # Ray's default agent port (52365) stays free for the multi-node clusters' heads: jobs are
-    # submitted through the head's agent, which has none if another Ray holds that port.
+    # An agent port of its own, as the multi-node cluster's head has: a head whose agent port another
+    # Ray holds (Ray's default, 52365, is every local Ray's) has no agent, and jobs go through it.
     head += ["--dashboard-agent-listen-port", str(agent)]
     with open(temp / "head.log", "w") as log:  # the head keeps its copy
         process = subprocess.Popen(head, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -509,6 +543,7 @@ def multi_node_cluster(tmp_path_factory):
         QML_RAY_CLUSTER_DIR=str(state),
         RAY_PORT=str(free_port()),
         DASHBOARD_PORT=str(free_port()),
+        DASHBOARD_AGENT_PORT=str(free_port()),  # the head's agent (jobs): Ray's default may be a local Ray's
         RAY_AUTH_MODE="token",
         RAY_metrics_report_interval_ms="1000",  # workers export metrics every second (Ray's default: 10)
         # A lost node is found dead after 3 failed health checks 1 s apart (Ray's default: 5, 3 s apart).

@@ -13,7 +13,7 @@ import pytest
 from qml_ray import config as config_lib, storage
 from qml_ray.errors import ENVIRONMENT_STATUS, MAX_LINE, USAGE_STATUS, ModelError, one_line
 
-from conftest import CPUS, SMOKE, TrainedRun, command_env, free_port, run_command
+from conftest import CPUS, SMOKE, command_env, free_port, run_command
 
 MISTAKE_SECONDS = 60  # a mistake is reported within this (a Ray address where nobody answers too)
 IMAGE = "us-docker.pkg.dev/my-project/qml-ray/qml-ray:0.1.0@sha256:" + "0123456789abcdef" * 4
@@ -444,40 +444,6 @@ def test_token_authentication_where_the_cluster_has_none_is_one_line(tmp_path, s
     assert list(tmp_path.iterdir()) == []
 
 
-TOKEN_PLACES = "the cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"
-TOKEN_MISMATCHES = {  # the shell's settings, what the one line says
-    "disabled": ({"RAY_AUTH_MODE": "disabled"}, "does not (RAY_AUTH_MODE=disabled): set RAY_AUTH_MODE=token, with"),
-    "wrong-token": (
-        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-clusters"},
-        f"refuses this shell's token (from RAY_AUTH_TOKEN): give {TOKEN_PLACES}",
-    ),
-    "no-token": (
-        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "{tmp}/no-token"},
-        f"uses token authentication and this shell finds no token in {{tmp}}/no-token: put {TOKEN_PLACES}",
-    ),
-}
-
-
-@pytest.mark.parametrize("command, shell", [("infer", "disabled"), ("train", "wrong-token"), ("sweep", "no-token")])
-def test_a_shell_without_the_clusters_token_is_one_line(command, shell, trained_run, tmp_path, multi_node_cluster):
-    """The multi-node cluster uses token authentication: a command joining it from a shell without its
-    token ends in one line saying what to set, and nothing is written nor asked of the cluster."""
-    settings, message = TOKEN_MISMATCHES[shell]
-    env = command_env(**{key: value and value.format(tmp=tmp_path) for key, value in settings.items()})
-    address = ("--address", f"127.0.0.1:{multi_node_cluster.env['RAY_PORT']}")
-    jobs, before = len(multi_node_cluster.jobs()), snapshot(trained_run.path)
-    done = run_command(command, *token_mismatch_args(command, trained_run, tmp_path), *address, env=env)
-    assert_error(done, message.format(tmp=tmp_path), ENVIRONMENT_STATUS)
-    assert list(tmp_path.iterdir()) == [] and snapshot(trained_run.path) == before
-    assert len(multi_node_cluster.jobs()) == jobs
-
-
-def token_mismatch_args(command: str, trained_run: TrainedRun, storage: Path) -> tuple:
-    if command == "infer":
-        return ("--run", trained_run.path)
-    return ("--config", SMOKE, "--storage", storage)
-
-
 def test_existing_run_is_never_overwritten(trained_run):
     run = trained_run.path
     before = snapshot(run)
@@ -590,6 +556,7 @@ def test_error_text_is_one_bounded_line():
     assert len(long) == MAX_LINE and long.endswith("...")
 
 
+@pytest.mark.slow  # a training's workers started
 @pytest.mark.parametrize(
     "model, data, message",
     [

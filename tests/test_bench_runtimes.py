@@ -3,9 +3,13 @@ own), and every figure is there."""
 
 import json
 
+import pytest
+
 from qml_ray.bench.report import RESULT_FIELDS
 
 from conftest import SMOKE, run_command
+
+pytestmark = pytest.mark.slow  # three trainings
 
 
 def test_runtimes_measures_every_runtime_side_by_side(tmp_path):

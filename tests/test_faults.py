@@ -27,8 +27,10 @@ from test_bad_input import snapshot
 from test_end_to_end import epoch_lines
 
 MARK_ENV = "QML_RAY_TEST_HOLD"  # in a command's environment: marks its processes, and its local Ray's
-STOP_SECONDS = 10  # a signal stops the training within this
-REFUSE_SECONDS = 30  # a second writer is refused within this (before its Ray starts)
+# Bounds that tell a hang from an exit, however busy the machine (the times taken are printed):
+STOP_SECONDS = 60  # a signal stops the command, and every process of it, within this
+REFUSE_SECONDS = 120  # a second writer is refused within this (before its Ray starts)
+AT_ONCE_SECONDS = 10  # a second Ctrl-C ends the command within this, without its exit handlers
 
 
 @dataclass
@@ -146,6 +148,7 @@ def interrupt(command: Command, signum: int, hold: Path, what: str) -> Ended:
     return ended
 
 
+@pytest.mark.slow  # a training
 def test_sigterm_stops_training_at_once_and_says_how_to_continue(tmp_path):
     runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
     options = (*ONE_WORKER, *HOLD, "--storage", runs, "--name", "r")
@@ -182,7 +185,7 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
     command.signal(signal.SIGINT)
     ended = command.end()
     assert ended.status == 130 and "Traceback" not in ended.stdout + ended.stderr, ended.stderr[-3000:]
-    assert ended.seconds < 2, ended.seconds  # from the second
+    assert ended.seconds < AT_ONCE_SECONDS, ended.seconds  # from the second
     print(f"\ntwo Ctrl-Cs: the command exited {ended.seconds:.2f} s after the second")
 
 
@@ -222,6 +225,7 @@ def two_at_once(runs: str, *options, env: dict | None = None) -> tuple[Command, 
     return winner, refused
 
 
+@pytest.mark.slow  # a training
 def test_two_commands_on_one_run_one_is_refused_and_so_is_a_resume_while_it_trains(tmp_path, in_process, shared_ray):
     """Then Ctrl-C stops the training at once, and nothing is written after the refusals either."""
     runs, hold = tmp_path / "runs", tmp_path / HOLD_FILE
@@ -294,6 +298,7 @@ def fill(disk: Path) -> None:
             pass
 
 
+@pytest.mark.slow  # a training
 def test_a_full_disk_stops_training_at_once_naming_it(small_disk, tmp_path, shared_ray):
     hold = tmp_path / HOLD_FILE
     options = (*ONE_WORKER, "--max-failures", 3, "--storage", small_disk, "--name", "r", "--address", shared_ray)
@@ -428,5 +433,5 @@ def test_a_hostile_config_file_is_refused_at_once_in_little_memory(tmp_path, con
     ended.assert_clean(2, "error: ")
     assert message in ended.last_line and len(ended.last_line) <= 600
     peak = int(done.stdout.split()[-1])  # KiB
-    assert ended.seconds < 30 and peak < 1 << 20, (ended.seconds, peak)  # under 1 GiB
+    assert ended.seconds < 60 and peak < 1 << 20, (ended.seconds, peak)  # under 1 GiB
     assert snapshot(tmp_path) == before

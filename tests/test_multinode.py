@@ -1,9 +1,10 @@
 """`ray job submit` of training, inference and a sweep on a real multi-node Ray cluster on this
 machine (scripts/local_cluster.sh): a head that runs no work and two worker nodes of one CPU each,
-like the RayCluster on GKE."""
+like the RayCluster on GKE; and a shell without the cluster's token, refused in one line."""
 
 import hashlib
 import re
+import shutil
 import time
 import urllib.request
 from pathlib import Path
@@ -14,10 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from qml_ray import claims, config as config_lib, datasets, storage
+from qml_ray.errors import ENVIRONMENT_STATUS
 from qml_ray.runtime import ENDED
 
-from conftest import FILES, ray_cli, submit
+from conftest import FILES, SMOKE, command_env, ray_cli, run_command, submit
 from holds import HOLD, HOLD_FILE, held_marker
+from test_bad_input import assert_error, snapshot
 from test_your_model import gradients_of
 
 pytestmark = pytest.mark.slow  # a 3-node cluster and its jobs
@@ -93,7 +96,7 @@ def assert_stopped_cleanly(cluster, job: str, run: Path, stopped_after: float) -
     logs = cluster.job_logs(job)
     assert cluster.job_status(job) == "STOPPED"
     assert logs.strip().splitlines()[-1] == "interrupted: continue with --name mine --resume", logs[-3000:]
-    assert "Traceback" not in logs and stopped_after < 30, stopped_after
+    assert "Traceback" not in logs and stopped_after < 120, stopped_after
     assert not (run / claims.CLAIM).exists() and not (run / "weights").exists()
 
 
@@ -208,3 +211,44 @@ def test_sweep_job_over_a_users_model_on_the_multi_node_cluster(cluster, tmp_pat
     assert len(trial_lines) == 2 and all(": finished, 4 epochs" in line for line in trial_lines), logs
     assert f"best trial (val_loss {best['best_val_loss']:.4f}): {best['run']}" in logs
     assert "epoch 1/4" not in logs  # the trainings' epoch lines stay in Ray's logs
+
+
+TOKEN_PLACES = "the cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"
+TOKEN_MISMATCHES = {  # the shell's settings, what the one line says
+    "disabled": ({"RAY_AUTH_MODE": "disabled"}, "does not (RAY_AUTH_MODE=disabled): set RAY_AUTH_MODE=token, with"),
+    "wrong-token": (
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-clusters"},
+        f"refuses this shell's token (from RAY_AUTH_TOKEN): give {TOKEN_PLACES}",
+    ),
+    "no-token": (
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "{tmp}/no-token"},
+        f"uses token authentication and this shell finds no token in {{tmp}}/no-token: put {TOKEN_PLACES}",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def tutorial_run(trained_run, tmp_path_factory) -> Path:
+    """A copy of the trained tutorial run (the original's inference, in the other lane, writes into it)."""
+    copy = tmp_path_factory.mktemp("tutorial") / "tutorial"
+    return Path(shutil.copytree(trained_run.path, copy, ignore=shutil.ignore_patterns("predictions")))
+
+
+@pytest.mark.parametrize("command, shell", [("infer", "disabled"), ("train", "wrong-token"), ("sweep", "no-token")])
+def test_a_shell_without_the_clusters_token_is_one_line(command, shell, tutorial_run, tmp_path, multi_node_cluster):
+    """The multi-node cluster uses token authentication: a command joining it from a shell without its
+    token ends in one line saying what to set, and nothing is written nor asked of the cluster."""
+    settings, message = TOKEN_MISMATCHES[shell]
+    env = command_env(**{key: value and value.format(tmp=tmp_path) for key, value in settings.items()})
+    address = ("--address", f"127.0.0.1:{multi_node_cluster.env['RAY_PORT']}")
+    jobs, before = len(multi_node_cluster.jobs()), snapshot(tutorial_run)
+    done = run_command(command, *token_mismatch_args(command, tutorial_run, tmp_path), *address, env=env)
+    assert_error(done, message.format(tmp=tmp_path), ENVIRONMENT_STATUS)
+    assert list(tmp_path.iterdir()) == [] and snapshot(tutorial_run) == before
+    assert len(multi_node_cluster.jobs()) == jobs
+
+
+def token_mismatch_args(command: str, run: Path, storage: Path) -> tuple:
+    if command == "infer":
+        return ("--run", run)
+    return ("--config", SMOKE, "--storage", storage)

@@ -287,5 +287,5 @@ def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fail
     assert cluster.job_status(second) == "FAILED"
     assert f"error: training failed: the cluster could not place all 2 workers (1 CPU(s) each) within {WAIT} s" in logs
     assert "continue with --name driver-lost --resume" in logs
-    assert WAIT <= waited < WAIT + 120, waited  # the wait asked for, plus detecting the loss and stopping
+    assert WAIT <= waited < WAIT + 300, waited  # the wait asked for, plus detecting the loss and stopping
     print(f"\ncapacity lost for good: the job failed {waited:.0f} s after the node's raylet was killed")

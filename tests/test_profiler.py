@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, SMOKE, command_env, free_port, wait_for
 from holds import HOLD, HOLD_FILE
 
 
+@pytest.mark.slow  # a training
 def test_profile_steps_trace_and_a_profiler_server_per_worker(tmp_path, shared_ray):
     port = free_port()  # the two workers on this node serve on port and port + 1
     run, hold = tmp_path / "profiled", tmp_path / HOLD_FILE

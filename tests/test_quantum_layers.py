@@ -117,6 +117,7 @@ def test_a_noise_channel_keeps_tfqs_gradient_with_one_warning_and_trains(tmp_pat
     assert np.isfinite(history.history["loss"]).all() and not np.allclose(model.get_weights()[0], before)
 
 
+@pytest.mark.slow  # a training
 def test_block_on_a_model_that_cannot_take_it_is_one_error_line(tmp_path, shared_cluster, shared_ray):
     """The workers find it when they build the model: the command ends in one line, exit status 2, and the
     new run folder is removed. Ray Train never starts the workers again meanwhile (a new reservation made

@@ -29,6 +29,7 @@ def sweep_args(storage: Path, address: str) -> list:
     return [*SMALL, *options, "--storage", storage, "--name", "k"]
 
 
+@pytest.mark.slow  # a training
 def test_ctrl_c_stops_the_sweep_at_once_and_resume_continues_it(tmp_path, shared_ray):
     """Ctrl-C once the shorter trial has finished and the longer is held past its first checkpoint: the
     command exits at once, saying how to continue, and nothing more is written. --resume keeps the first
@@ -72,6 +73,7 @@ def test_ctrl_c_stops_the_sweep_at_once_and_resume_continues_it(tmp_path, shared
     assert firsts == ["sweep", "trial", "trial", "results:", "best"], done.stdout
 
 
+@pytest.mark.slow  # a training
 def test_a_trial_that_dies_before_its_first_report_is_named_failed(tmp_path, shared_ray):
     """The re-uploading example (classical features, no circuit column): a trial whose Tune function
     fails before Tune has a result of it (here: a test fraction that leaves fewer validation rows than

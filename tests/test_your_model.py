@@ -8,6 +8,7 @@ from pathlib import Path
 
 import cirq
 import pyarrow.parquet as pq
+import pytest
 import tensorflow_quantum as tfq
 
 from qml_ray import storage
@@ -22,6 +23,7 @@ def gradients_of(run: Path) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.slow  # a training
 def test_fit_takes_a_function_defined_by_the_caller(user_project, tmp_path, shared_ray):
     """qml_ray.fit trains a model function of the caller's, and qml_ray.predict infers with its weights; both
     leave the caller's environment variables and working folder as they found them."""
