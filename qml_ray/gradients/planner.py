@@ -166,8 +166,8 @@ class Planner:
         tried = list(record.tried) if record else []
         started = time.perf_counter()
         seconds[str(best)] = timer(best, warm=True)
-        for field, values in trials:
-            if time.perf_counter() - started > self.seconds:
+        for done, (field, values) in enumerate(trials):
+            if done and time.perf_counter() - started > self.seconds:  # one field at least, past the budget
                 break
             for value in values:
                 candidate = best._replace(**{field: value})
