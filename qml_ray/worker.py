@@ -251,7 +251,7 @@ def without_input_autotuning() -> None:
     that autotunes has a thread for it, whose rounds grow further apart as training goes, and the
     iterator's destruction waits for that thread: Keras's `fit` ends by destroying its iterators (the
     strategy's per-device ones, and the one over the data each reads), so the end of a `fit` waited
-    seconds, and over a minute after long epochs (BENCHMARKS.md#the-end). The batches are cheap to make
+    seconds, and over a minute after long epochs (BENCHMARKS.md#start-up). The batches are cheap to make
     next to the steps that simulate them. Call before any pipeline is made."""
     import tensorflow as tf
 
