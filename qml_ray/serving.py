@@ -146,7 +146,7 @@ class Endpoint:
 
     async def body(self, request):
         """The request's JSON body, of at most max_body_bytes."""
-        limit = f"the body is larger than the {self.max_body_bytes / 2**20:g} MB a request may have: send fewer rows"
+        limit = f"the body is larger than the {self.max_body_bytes / 2**20:.3g} MB a request may have: send fewer rows"
         if int(request.headers.get("content-length") or 0) > self.max_body_bytes:
             raise BadRequest(limit, 413)
         body = bytearray()
