@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from qml_ray import cli, config as config_lib, hardening, storage
+from qml_ray import cli, config as config_lib, hardening, serve, storage
 from qml_ray.errors import UsageError
 
 RAY_VERSION = version("ray")
@@ -31,12 +31,14 @@ INFER_DEADLINE_SECONDS = 3600
 FINISHED_TTL_SECONDS = 600
 TRAIN_JOB_RETRIES = 3  # whole-job reruns (new cluster, resumed from the checkpoints) after a failure
 MEMORY_PER_CPU_GI = 3  # 15 CPUs and 45Gi fit the allocatable share of a 16-vCPU, 64 GB node
+SERVE_PORT = 8000  # Serve's HTTP proxy, on every node of a RayService's cluster
+SERVE_CLIENT = "qml-ray/serve-client"  # the label of the pods that may send a RayService requests
 SUBMITTER_RESOURCES = {"cpu": "500m", "memory": "1Gi"}  # `ray job submit` and `ray job logs`
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-# The resources take the run's name plus a suffix (-cluster, -train, -infer, -tensorboard); KubeRay
-# wants a RayCluster name of at most 53 characters, a RayJob's of 47 (it adds 6 for the job's
-# cluster), and both to be DNS-1035 labels (starting with a letter).
-NAME_SUFFIXES = {"RayCluster": ("-cluster", 53), "RayJob": ("-train", 47)}
+# The resources take the run's name plus a suffix (-cluster, -train, -infer, -serve, -tensorboard);
+# KubeRay wants a RayCluster name of at most 53 characters, a RayJob's or RayService's of 47 (it adds 6
+# for the cluster it makes), and each to be a DNS-1035 label (starting with a letter).
+NAME_SUFFIXES = {"RayCluster": ("-cluster", 53), "RayJob": ("-train", 47), "RayService": ("-serve", 47)}
 MAX_NAME = min(limit - len(suffix) for suffix, limit in NAME_SUFFIXES.values())
 RUN_NAME = re.compile(rf"[a-z]([-a-z0-9]{{0,{MAX_NAME - 2}}}[a-z0-9])?")
 
@@ -87,6 +89,12 @@ def parse_args(argv=None):
     render.add_argument("--data", metavar="gs://...", help="the training data (default: the config's)")
     render.add_argument(
         "--param", action="append", default=[], metavar="KEY=VALUE", help="a parameter of the model function"
+    )
+    render.add_argument(
+        "--serve",
+        metavar="N|MIN-MAX",
+        help="also a RayService serving the run's final weights with N model replicas, or MIN to MAX as "
+        "requests wait (python -m qml_ray.serve on GKE)",
     )
     return parser.parse_args(argv)
 
@@ -286,6 +294,36 @@ def tensorboard(name: str, image: str, logdir: str) -> list[dict]:
     ]
 
 
+def ray_service(name: str, cluster: dict, run: str, replicas: str) -> list[dict]:
+    """A RayService serving `run` (`qml_ray.serve:app`, its weights read from Cloud Storage) on HTTP port
+    SERVE_PORT, with its network policy: the cluster's own pods, the KubeRay operator on the dashboard
+    (it deploys the Serve config and follows it there), and on SERVE_PORT the pods labelled SERVE_CLIENT: name."""
+    head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["ports"] = [*head["ports"], {"containerPort": SERVE_PORT, "name": "serve"}]
+    application = {"name": serve.APPLICATION, "route_prefix": "/", "import_path": "qml_ray.serve:app"}
+    serve_config = {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "0.0.0.0", "port": SERVE_PORT},
+        "applications": [{**application, "args": {"run": run, "replicas": replicas}}],
+    }
+    own = {hardening.INSTANCE: name}
+    policy = hardening.network_policy(
+        name,
+        own,
+        {"from": [{"podSelector": {"matchLabels": own}}]},
+        {
+            "from": [{"podSelector": {"matchLabels": hardening.OPERATOR}}],
+            "ports": [{"protocol": "TCP", "port": hardening.DASHBOARD_PORT}],
+        },
+        {
+            "from": [{"podSelector": {"matchLabels": {SERVE_CLIENT: name}}}],
+            "ports": [{"protocol": "TCP", "port": SERVE_PORT}],
+        },
+    )
+    service = {"serveConfigV2": yaml.safe_dump(serve_config, sort_keys=False), "rayClusterConfig": cluster}
+    return [policy, {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name}, "spec": service}]
+
+
 def in_namespace(manifest: dict, namespace: str) -> dict:
     """The manifest of a namespaced resource, placed in `namespace`."""
     if manifest["kind"] == "Namespace":
@@ -306,8 +344,8 @@ def render(
     train_options: tuple[str, ...] = (),
 ) -> list[dict]:
     """Every manifest: namespace, service account, RayCluster, training and inference RayJobs,
-    TensorBoard, each Ray cluster and TensorBoard with its network policy. `train_options`:
-    more flags for the training entrypoint (the model, its data and params)."""
+    TensorBoard, each Ray cluster and TensorBoard with its network policy (`served` adds a RayService).
+    `train_options`: more flags for the training entrypoint (the model, its data and params)."""
     storage = f"gs://{bucket}/runs"
     run = f"{storage}/{name}"
     infer_workers = max(1, config.workers // 8)
@@ -334,6 +372,15 @@ def render(
     return [in_namespace(manifest, namespace) for manifest in manifests]
 
 
+def served(config: config_lib.Config, *, image: str, bucket: str, name: str, namespace: str, replicas: str) -> list:
+    """The RayService serving the run `name` (its weights on Cloud Storage) on `replicas` (N or MIN-MAX)
+    replicas, with its network policy, in `namespace`."""
+    most = serve.replica_range(replicas, "--serve")[1]
+    spec = ray_cluster_spec(f"{name}-serve", image, config.cpus_per_worker, (0, most))
+    service = ray_service(f"{name}-serve", spec, f"gs://{bucket}/runs/{name}", replicas)
+    return [in_namespace(manifest, namespace) for manifest in service]
+
+
 class PlainDumper(yaml.SafeDumper):
     """YAML for kubectl: shared parts are written out in full, not as anchors and aliases."""
 
@@ -358,6 +405,7 @@ def header(args, config: config_lib.Config) -> str:
         ("--name", args.name),
         *((flag, value) for flag, value in [("--model", args.model), ("--data", args.data)] if value),
         *(("--param", spec) for spec in args.param),
+        *([("--serve", args.serve)] if args.serve else []),
     ]
     command = shlex.join(["python", "-m", "qml_ray.cluster", "render", *(str(x) for o in options for x in o)])
     return (
@@ -406,6 +454,9 @@ def main(argv=None) -> None:
         namespace=args.namespace,
         train_options=tuple(model_options(args)),
     )
+    if args.serve:
+        where = {"image": args.image, "bucket": args.bucket, "name": args.name, "namespace": args.namespace}
+        manifests += served(config, **where, replicas=args.serve)
     comment = header(args, config)
     if args.out:
         try:

@@ -9,6 +9,7 @@ prints one line with the URL, and serves until Ctrl-C or SIGTERM, then deletes i
 `predict(rows)` answers as POST /predict does.
 """
 
+import logging
 import socket
 import sys
 import threading
@@ -16,8 +17,8 @@ import types
 
 import numpy as np
 
-from qml_ray import cli, config as config_lib, interrupts, runtime, serving, storage
-from qml_ray.errors import UsageError
+from qml_ray import cli, config as config_lib, contract, interrupts, runtime, serving, storage
+from qml_ray.errors import EnvironmentProblem, UsageError
 
 APPLICATION = "qml_ray"
 HOST = "127.0.0.1"
@@ -50,14 +51,14 @@ def parse_args(argv=None):
     return args
 
 
-def replica_range(replicas: str | int) -> tuple[int, int]:
-    """--replicas N or MIN-MAX as (fewest, most), or a UsageError."""
+def replica_range(replicas: str | int, flag: str = "--replicas") -> tuple[int, int]:
+    """Replicas given as N or MIN-MAX (by `flag`) as (fewest, most), or a UsageError."""
     least, dash, most = str(replicas).partition("-")
     if not (least.strip().isdigit() and (not dash or most.strip().isdigit())):
-        raise UsageError(f"--replicas must be a whole number or MIN-MAX (1-4), got {replicas!r}")
+        raise UsageError(f"{flag} must be a whole number or MIN-MAX (1-4), got {replicas!r}")
     fewest, most = int(least), int(most if dash else least)
     if not 1 <= fewest <= most:
-        raise UsageError(f"--replicas must be at least 1, and MIN at most MAX, got {replicas!r}")
+        raise UsageError(f"{flag} must be at least 1, and MIN at most MAX, got {replicas!r}")
     return fewest, most
 
 
@@ -68,6 +69,7 @@ def app(args: dict):
     config = config_lib.of_run(run)
     config = config.replace(**{key: args[key] for key in SERVE_KEYS if key in args})
     fewest, most = replica_range(args.get("replicas", 1))
+    model_function = contract.recorded(run) or contract.resolve(config.model)
     scaling = (
         {"num_replicas": most}
         if fewest == most
@@ -80,7 +82,7 @@ def app(args: dict):
             "num_cpus": config.cpus_per_worker,
             "runtime_env": {"env_vars": runtime.worker_env(config.cpus_per_worker, config.size_thread_pools)},
         },
-    ).bind(run, config.serve_batch_size, config.serve_batch_wait)
+    ).bind(run, contract.pickled(model_function), config.serve_batch_size, config.serve_batch_wait)
     max_body = int(config.serve_max_body_mb * 2**20)
     return serving.Endpoint.options(max_ongoing_requests=1000).bind(replica, max_body)
 
@@ -134,10 +136,40 @@ def serve(
         model = checked_model(run)
         require_free_port(port)
         join_cluster(config, address, verbose, fewest, model)
+        require_no_served_run()
+        if not verbose:
+            logging.getLogger("ray.serve").setLevel(logging.WARNING)  # Serve's lines of each step, on the console
         ray_serve.start(http_options={"host": HOST, "port": port})
         application = app({"run": run, "replicas": replicas, **keys})
-        handle = interrupts.waited(ray_serve.run, application, name=APPLICATION, route_prefix="/")
+        try:
+            handle = interrupts.waited(ray_serve.run, application, name=APPLICATION, route_prefix="/")
+        except RuntimeError:  # Serve's word that the replicas failed to start
+            failure = replica_failure()
+            stop()
+            raise EnvironmentProblem(f"the model's replicas failed to start: {failure}") from None
     return Served(handle, f"http://{HOST}:{port}")
+
+
+def require_no_served_run() -> None:
+    """A UsageError when this Ray serves a run already (one served run per Ray: one HTTP port, one route)."""
+    from ray import serve as ray_serve
+    from ray.serve.exceptions import RayServeException
+
+    try:
+        applications = ray_serve.status().applications
+    except RayServeException:  # Serve does not run
+        return
+    if APPLICATION in applications:
+        raise UsageError("this Ray serves a run already: stop it first (one served run per Ray)")
+
+
+def replica_failure() -> str:
+    """The last line of what the application's failed deployment says (its error's, after the traceback)."""
+    from ray import serve as ray_serve
+
+    deployments = ray_serve.status().applications[APPLICATION].deployments.values()
+    messages = [line for status in deployments for line in status.message.splitlines() if line.strip()]
+    return messages[-1] if messages else "see the replicas' logs (Ray's serve logs)"
 
 
 def checked_model(run: str):

@@ -146,7 +146,7 @@ class Endpoint:
 
     async def body(self, request):
         """The request's JSON body, of at most max_body_bytes."""
-        limit = f"the body is larger than the {self.max_body_bytes / 2**20:g} MB a request may have: send fewer rows"
+        limit = f"the body is larger than the {self.max_body_bytes / 2**20:.3g} MB a request may have: send fewer rows"
         if int(request.headers.get("content-length") or 0) > self.max_body_bytes:
             raise BadRequest(limit, 413)
         body = bytearray()
@@ -195,12 +195,14 @@ class Endpoint:
 
 @serve.deployment
 class ModelReplica:
-    """The run's model with its final weights; each batch of requests one call of the model."""
+    """The run's model with its final weights; each batch of requests one call of the model. The model
+    function comes pickled by value (contract.pickled), so that a replica needs no import of the user's module."""
 
-    def __init__(self, run: str, batch_size: int, batch_wait: float):
-        from qml_ray import infer
+    def __init__(self, run: str, model_function: bytes, batch_size: int, batch_wait: float):
+        from qml_ray import config as config_lib, contract, infer, replica
 
-        self.model = infer.load_trained_model(run)
+        built = replica.build(config_lib.of_run(run), contract.unpickled(model_function))
+        self.model = infer.with_weights(built, run)
         self.qubits = infer.model_qubits(self.model)
         self.inputs = features.model_inputs(self.model)
         self.outputs = (self.model.output_shape[1:] or (1,))[0]

@@ -34,6 +34,9 @@ CHANGED = {
     "data": "/tmp/circuits.parquet",
     "validation_data": "gs://bucket/validation",
     "data_in_memory_mb": 0,
+    "serve_batch_size": 4,
+    "serve_batch_wait": 0.5,
+    "serve_max_body_mb": 1.5,
 }
 PARAMS = {"readouts": 2, "entangler": "cz", "scale": 0.5, "deep": True}  # given as --param KEY=VALUE
 

@@ -93,7 +93,17 @@ def all_manifests() -> list[tuple[str, dict]]:
     found = [("checked-in", doc) for doc in yaml.safe_load_all(CHECKED_IN.read_text())]
     for name, workers in [("smoke", 2), ("tutorial", 4), ("qcnn-23q", 8), ("qcnn-23q", 64), ("qcnn-23q", "32-47")]:
         found += [(f"{name}x{workers}", doc) for doc in rendered(name, workers=workers)]
-    return found
+    return found + [("serving", doc) for doc in serving()]
+
+
+def serving() -> list[dict]:
+    """The smoke config's manifests with a RayService of 1 to 3 replicas (`--serve 1-3`)."""
+    path = "configs/smoke.yaml"
+    config = config_lib.load(ROOT / path)
+    where = {key: DEFAULTS[key] for key in ("image", "bucket", "name")}
+    return cluster.render(path, config, **DEFAULTS) + cluster.served(
+        config, **where, namespace=cluster.NAMESPACE, replicas="1-3"
+    )
 
 
 MANIFESTS = all_manifests()
@@ -106,7 +116,8 @@ def ids(manifests: list[tuple[str, dict]]) -> list[str]:
 
 
 def cluster_specs(doc: dict) -> list[dict]:
-    return [doc["spec"]] if doc["kind"] == "RayCluster" else [doc["spec"]["rayClusterSpec"]]
+    spec = doc["spec"]
+    return [{"RayCluster": spec, "RayService": spec.get("rayClusterConfig")}.get(doc["kind"]) or spec["rayClusterSpec"]]
 
 
 def pod_templates(doc: dict) -> list[dict]:
@@ -178,7 +189,7 @@ def test_the_kubernetes_check_rejects_unknown_fields():
 def test_operator_rules(label, doc):
     name, spec = doc["metadata"]["name"], doc["spec"]
     assert DNS_1035.match(name)
-    assert len(name) <= (47 if doc["kind"] == "RayJob" else 53)
+    assert len(name) <= (53 if doc["kind"] == "RayCluster" else 47)
     if doc["kind"] == "RayJob":
         assert "ttlSecondsAfterFinished" not in spec or spec["shutdownAfterJobFinishes"] is True
         assert spec["activeDeadlineSeconds"] > 0 and spec["submitterConfig"]["backoffLimit"] >= 0
@@ -233,6 +244,32 @@ def test_training_job_carries_the_users_model_data_and_params():
     assert docs["RayJob", "qcnn-train"]["spec"]["entrypoint"].endswith(
         "--name qcnn --resume --model mymodels:classifier --data gs://my-project-qml-ray/circuits --param depth=3"
     )
+
+
+def test_the_ray_service_serves_the_runs_weights_from_cloud_storage_to_its_clients_only():
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in serving()}
+    service = docs["RayService", "qcnn-serve"]["spec"]
+    config = yaml.safe_load(service["serveConfigV2"])
+    assert config["http_options"] == {"host": "0.0.0.0", "port": cluster.SERVE_PORT}
+    [application] = config["applications"]
+    assert application["import_path"] == "qml_ray.serve:app"
+    assert application["args"] == {"run": "gs://my-project-qml-ray/runs/qcnn", "replicas": "1-3"}
+    [workers] = service["rayClusterConfig"]["workerGroupSpecs"]
+    assert (workers["minReplicas"], workers["maxReplicas"]) == (0, 3)
+    head = service["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert {"containerPort": cluster.SERVE_PORT, "name": "serve"} in head["ports"]
+    ingress = docs["NetworkPolicy", "qcnn-serve"]["spec"]["ingress"]
+    clients = {"podSelector": {"matchLabels": {cluster.SERVE_CLIENT: "qcnn-serve"}}}
+    assert ingress[2] == {"from": [clients], "ports": [{"protocol": "TCP", "port": cluster.SERVE_PORT}]}
+    assert ingress[0] == {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "qcnn-serve"}}}]}
+    assert ("RayService", "qcnn-serve") not in {(d["kind"], d["metadata"]["name"]) for d in rendered("smoke")}
+
+
+def test_render_serve_asks_for_a_replica_count(in_process):
+    flags = [f"--{k}={v}" for k, v in DEFAULTS.items()]
+    done = in_process("cluster", "render", "--config", "configs/smoke.yaml", *flags, "--serve", "3-1")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "error: --serve must be at least 1, and MIN at most MAX, got '3-1'\n"
 
 
 def test_image_and_project_use_the_same_ray_and_python():
@@ -352,7 +389,7 @@ PODS = [(label, doc) for label, doc in MANIFESTS if pod_templates(doc)]
 @pytest.mark.parametrize("label, doc", PODS, ids=ids(PODS))
 def test_every_pod_is_restricted_and_has_no_api_token(label, doc):
     templates = pod_templates(doc)
-    assert len(templates) == {"RayCluster": 2, "RayJob": 3, "Deployment": 1}[doc["kind"]]
+    assert len(templates) == {"RayCluster": 2, "RayJob": 3, "RayService": 2, "Deployment": 1}[doc["kind"]]
     for template in templates:
         spec = template["spec"]
         assert spec["securityContext"] == RESTRICTED_POD and spec["automountServiceAccountToken"] is False

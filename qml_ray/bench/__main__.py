@@ -11,6 +11,8 @@ classical the re-uploading example (classical features only): seconds per circui
           TFQ's Adjoint, and its training on 2 workers against plain Keras in one process
 elastic   the time a lost worker node costs a run on a local multi-node Ray, elastic (--workers 1-2)
           against waiting for its replacement (--workers 2), and training undisturbed
+serving   `python -m qml_ray.serve` on loopback under 1, 8 and 64 concurrent clients: requests/s and
+          p50/p99 latency, against one plain Keras process answering one request at a time
 """
 
 import argparse
@@ -74,11 +76,14 @@ def parse_args(argv=None):
     parser = cli.ArgumentParser(
         prog="python -m qml_ray.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{runtimes,circuits,classical,elastic}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{runtimes,circuits,classical,elastic,serving}"
+    )
     add_runtimes_command(commands)
     add_circuits_command(commands)
     add_classical_command(commands)
     add_elastic_command(commands)
+    add_serving_command(commands)
     return parser.parse_args(argv)
 
 
@@ -221,6 +226,26 @@ def add_elastic_command(commands) -> None:
         "--delay", type=positive(float), default=30, metavar="SECONDS", help="until the replacement (default: 30)"
     )
     elastic.add_argument("--out", default="benchmarks/elastic", metavar="DIR", help="(default: benchmarks/elastic)")
+
+
+def add_serving_command(commands) -> None:
+    """`bench serving` and its flags."""
+    serving = commands.add_parser(
+        "serving",
+        help="qml_ray.serve under concurrent clients, against one plain Keras process",
+        description="Serve --run with `python -m qml_ray.serve` (its own local Ray) and with one plain Keras "
+        "process answering one request at a time, send each one-row requests from each count of concurrent "
+        "clients on loopback, and write <out>/serving.json and serving.md.",
+    )
+    serving.add_argument("--run", required=True, help="a trained run folder of the built-in QCNN")
+    serving.add_argument("--clients", type=number_list(1), default=[1, 8, 64], metavar="N,N", help="(default: 1,8,64)")
+    serving.add_argument(
+        "--requests", type=positive(int), default=256, metavar="N", help="the most requests per step (256)"
+    )
+    serving.add_argument(
+        "--seconds", type=positive(float), default=60, metavar="S", help="the longest a step sends (60)"
+    )
+    serving.add_argument("--out", default="benchmarks/serving", metavar="DIR", help="(default: benchmarks/serving)")
 
 
 def require_cpus(processes: int, threads: int, remedy: str) -> None:
@@ -384,10 +409,38 @@ def elastic_main(args) -> None:
     print(f"wrote {folder}/elastic.json and elastic.md", flush=True)
 
 
+def serving_main(args) -> None:
+    import platform
+
+    from qml_ray import config as config_lib
+    from qml_ray.bench import serving
+
+    config_lib.of_run(args.run)  # no run: one line, before any server starts
+    storage.check_local_folder(args.out)
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    records = serving.measure(args.run, args.clients, args.requests, args.seconds, folder)
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    doc = {"run": args.run, "requests": args.requests, "seconds": args.seconds, "cpu": cpu}
+    doc |= {"machine_cpus": len(os.sched_getaffinity(0)), "records": records}
+    write_outputs(args.out, "serving", doc, serving.markdown(doc))
+    unanswered = sum(r["sent"] - r["answered"] for r in records)
+    if unanswered:
+        sys.exit(f"error: {unanswered} request(s) not answered")
+    print(f"wrote {folder}/serving.json and serving.md", flush=True)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     commands = {"runtimes": runtimes_main, "circuits": circuits_main, "classical": classical_main}
-    {**commands, "elastic": elastic_main}[args.command](args)
+    {**commands, "elastic": elastic_main, "serving": serving_main}[args.command](args)
 
 
 if __name__ == "__main__":
