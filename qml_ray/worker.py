@@ -234,7 +234,6 @@ def build_replica(job: Job, strategy: tf.distribute.Strategy, rank: int, local_r
     from qml_ray import replica
 
     tf.get_logger().setLevel("ERROR")
-    without_input_autotuning()
     config = job.config
     if config.profiler_port:
         tf.profiler.experimental.server.start(config.profiler_port + local_rank)
@@ -245,18 +244,6 @@ def build_replica(job: Job, strategy: tf.distribute.Strategy, rank: int, local_r
     if rank == 0:
         record_gradients(job.run, config.differentiator, gradients, job.say)
     return built
-
-
-def without_input_autotuning() -> None:
-    """This process's tf.data pipelines made without autotuning (nor background prefetching). An iterator
-    that autotunes has a thread for it, whose rounds grow further apart as training goes, and the
-    iterator's destruction waits for that thread: Keras's `fit` ends by destroying its iterators (the
-    strategy's per-device ones, and the one over the data each reads), so the end of a `fit` waited
-    seconds, and over a minute after long epochs (BENCHMARKS.md#start-up). The batches are cheap to make
-    next to the steps that simulate them. Call before any pipeline is made."""
-    import tensorflow as tf
-
-    tf.data.experimental.enable_debug_mode()
 
 
 def train_replica(
