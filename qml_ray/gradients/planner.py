@@ -100,7 +100,8 @@ class Planner:
     def __init__(self, fixes: dict, seconds: float, path: Path):
         self.fixes, self.seconds, self.path = fixes, seconds, path
         self.lines: list[str] = []  # what it has to say, for the console (`said`)
-        self._records = self._read()
+        self._records, warning = read_records(path)
+        self.lines += [warning] if warning else []
         self._chosen: dict[Shape, Choice] = {}
         self._spreads: dict[Shape, str] = {}
         self._lock = threading.RLock()
@@ -188,33 +189,6 @@ class Planner:
         )
         return best
 
-    def _read(self) -> dict[str, Record]:
-        """The cache file's records, if it is this machine kind's and whole; else none, with one warning line."""
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return {}
-        except OSError as err:
-            self.lines.append(f"warning: kernel plans not read from {self.path}: {err.strerror}")
-            return {}
-        try:
-            found = CacheFile.model_validate_json(text)
-            for record in found.shapes.values():
-                _read_choice(record.best)
-        except (pydantic.ValidationError, ValueError, UsageError) as err:
-            self.lines.append(
-                f"warning: ignoring {self.path}, damaged ({str(err).splitlines()[0]}); plans are measured anew"
-            )
-            return {}
-        here = machine()
-        if (found.cpu, found.kernel) != (here["cpu"], here["kernel"]):
-            self.lines.append(
-                f"warning: ignoring {self.path}, written for another CPU or kernel build ({found.cpu}); "
-                "plans are measured anew"
-            )
-            return {}
-        return dict(found.shapes)
-
     def _save(self, shape: Shape, record: Record) -> None:
         """The record written into the cache file, merged with what other processes wrote (under a lock), the
         file replaced whole; a folder that cannot be written is said once and otherwise ignored."""
@@ -223,7 +197,7 @@ class Planner:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path.with_suffix(".lock"), "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                on_disk = Planner({}, 0, self.path)._records
+                on_disk = read_records(self.path)[0]
                 here = machine()
                 whole = CacheFile(cpu=here["cpu"], kernel=here["kernel"], shapes={**on_disk, str(shape): record})
                 with tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False, suffix=".tmp") as out:
@@ -231,6 +205,28 @@ class Planner:
                 os.replace(out.name, self.path)
         except OSError as err:
             self.lines.append(f"warning: kernel plans not kept in {self.path}: {err.strerror}")
+
+
+def read_records(path: Path) -> tuple[dict[str, Record], str | None]:
+    """The cache file's records if it is this machine kind's and whole; else none and one warning line."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}, None
+    except OSError as err:
+        return {}, f"warning: kernel plans not read from {path}: {err.strerror}"
+    try:
+        found = CacheFile.model_validate_json(text)
+        for record in found.shapes.values():
+            _read_choice(record.best)
+    except (pydantic.ValidationError, ValueError, UsageError) as err:
+        return {}, f"warning: ignoring {path}, damaged ({str(err).splitlines()[0]}); plans are measured anew"
+    here = machine()
+    if (found.cpu, found.kernel) != (here["cpu"], here["kernel"]):
+        return {}, (
+            f"warning: ignoring {path}, written for another CPU or kernel build ({found.cpu}); plans are measured anew"
+        )
+    return dict(found.shapes), None
 
 
 def field_trials(shape: Shape, fixes: dict) -> list[tuple[str, tuple]]:
