@@ -21,6 +21,9 @@ dir=${QML_RAY_CLUSTER_DIR:-/tmp/qml-ray-cluster}
 port=${RAY_PORT:-6380}
 dashboard=${DASHBOARD_PORT:-8265}
 agent=${DASHBOARD_AGENT_PORT:-52365}
+# The nodes' processes ask this cluster's dashboard of its state (Ray Train's placement group cleaner does),
+# not the cluster /tmp/ray/ray_current_cluster names: another `ray start --head` may have written it since.
+export RAY_API_SERVER_ADDRESS=http://127.0.0.1:$dashboard
 
 start_node() {  # log name, then `ray start` arguments: the node is a session of its own, led by its PID
   local log=$1; shift

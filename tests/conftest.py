@@ -62,10 +62,12 @@ TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 WITHOUT_RAY = {"bench", "callbacks", "cli", "cluster", "config", "data", "docs", "gcs_errors", "gradients"}
 WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "pythons", "ray_internals", "runs"}
 # The modules of the clusters of their own: the multi-node cluster, the autoscaling one, and the runtimes
-# benchmark's local Rays. Their tests run on one worker, one after another, while the tests of every
-# other Ray module (the shared Ray's, the trained tutorial's) run on the other: two lanes of Ray tests,
-# each keeping its own session fixtures.
+# benchmark's local Rays. Their tests run on one worker, one after another, and so do the tests of the modules
+# BESIDE_CLUSTERS (with that worker's own shared Ray), chosen so that the two lanes take about as long; the
+# tests of every other Ray module (the shared Ray's, the trained tutorial's) run on the other worker: two
+# lanes of Ray tests, each keeping its own session fixtures.
 ON_CLUSTERS = {"autoscaler", "bench_runtimes", "multinode", "preemption"}
+BESIDE_CLUSTERS = {"faults"}
 RAY_FIXTURES = {"shared_ray", "shared_cluster", "cluster", "multi_node_cluster", "trained_run", "run_copy"}
 CLUSTER_FIXTURES = {"cluster", "multi_node_cluster", "autoscaling_cluster"}
 SHARED_FIXTURES = {"shared_ray", "shared_cluster"}
@@ -81,7 +83,7 @@ def lane_of(nodeid: str) -> str:
     module = module_of(nodeid)
     if module in WITHOUT_RAY:
         return nodeid
-    return "clusters" if module in ON_CLUSTERS else "ray"
+    return "clusters" if module in ON_CLUSTERS | BESIDE_CLUSTERS else "ray"
 
 
 class TwoRayLanes(LoadScopeScheduling):
@@ -172,7 +174,7 @@ def in_process(capfd, monkeypatch):
     changes (None removes a variable), for the logic tests a process of its own adds nothing to:
     one that would start Ray needs one (run_command). Its signal handlers, its changes to the
     environment and the modules it imported from `cwd` go with it."""
-    from qml_ray import cli
+    from qml_ray import cli, interrupts
 
     def run(command: str, *args, cwd: Path = ROOT, env: dict | None = None) -> Done:
         main = importlib.import_module(f"qml_ray.{MAINS[command]}").main
@@ -184,6 +186,7 @@ def in_process(capfd, monkeypatch):
                 monkeypatch.delenv(key, raising=False)
             else:
                 monkeypatch.setenv(key, value)
+        monkeypatch.setattr(interrupts, "exit_now", exit_refused)  # its os._exit would end the test's worker
         handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
         modules, environ = set(sys.modules), dict(os.environ)
         capfd.readouterr()
@@ -204,6 +207,10 @@ def in_process(capfd, monkeypatch):
         return Done(status, out, err)
 
     return run
+
+
+def exit_refused(status: int) -> None:
+    pytest.fail(f"the command exits at once ({status}) in the test's process: run it with run_command")
 
 
 def users_module(name: str, module, folder: Path) -> bool:
@@ -387,6 +394,9 @@ def shared_cluster():
     temp = Path(tempfile.mkdtemp(prefix="qml-ray-", dir="/tmp"))  # short: Ray's socket paths are bounded
     port, dashboard, agent = free_port(), free_port(), free_port()
     env = command_env(RAY_AUTH_MODE="disabled", RAY_prestart_worker_first_driver="0", **LOCAL_RAY_SETTINGS)
+    # Its workers ask its own dashboard of the cluster's state (Ray Train's placement group cleaner does), not the
+    # one /tmp/ray/ray_current_cluster names: another `ray start --head` of the tests may have written that.
+    env["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard}"
     head = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--port", str(port), "--num-cpus", str(CPUS)]
     head += ["--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), "--temp-dir", str(temp)]
     # An agent port of its own, as the multi-node cluster's head has: a head whose agent port another

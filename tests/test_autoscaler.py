@@ -77,7 +77,9 @@ def autoscaling_cluster(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("autoscaling")
     port = free_port()
     gcs = f"127.0.0.1:{port}"
+    dashboard = free_port()
     env = command_env(
+        RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{dashboard}",  # its own state, as the shared Ray's (conftest)
         RAY_enable_autoscaler_v2="1",
         RAY_FAKE_CLUSTER="1",
         RAY_CLOUD_INSTANCE_ID=FAKE_HEAD_NODE_ID,
@@ -90,7 +92,7 @@ def autoscaling_cluster(tmp_path_factory):
     head = subprocess.Popen(
         [
             *("ray", "start", "--head", "--block", "--disable-usage-stats", "--port", str(port), "--num-cpus", "0"),
-            *("--dashboard-port", str(free_port()), "--autoscaling-config", str(config)),
+            *("--dashboard-port", str(dashboard), "--autoscaling-config", str(config)),
         ],
         env=env,
         stdout=open(tmp_path / "head.log", "w"),  # noqa: SIM115 (the process keeps it)
