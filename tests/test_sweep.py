@@ -166,13 +166,20 @@ def test_a_grid_over_model_parameters_makes_trials_of_params(tmp_path, monkeypat
         sweep.plan(sweep.parse_args(["--model", "models:build", "--grid", "param.width=1,2"]))
 
 
-def test_trials_with_the_same_seed_share_one_data_set(tmp_path):
-    """On disk (hard links), whatever their learning rate; another seed draws its own."""
-    from qml_ray import sweep
+def test_trials_with_the_same_seed_share_one_data_set(tmp_path, shared_ray):
+    """On disk (hard links), whatever their learning rate; another seed draws its own (in a Ray task, as the
+    sweep's driver draws them, joined to the shared Ray: not whatever Ray a bare ray.init() would find)."""
+    import ray
+
+    from qml_ray import runtime, sweep
 
     grid = ("--grid", "learning_rate=0.05,0.1", "--seeds", 2, "--storage", tmp_path, "--name", "s")
     _, trials = sweep.plan(sweep.parse_args([*map(str, (*SMALL, *grid))]))
-    sweep.prepare(trials)
+    runtime.connect(shared_ray, log_to_driver=False)
+    try:
+        sweep.prepare(trials)
+    finally:
+        ray.shutdown()
     runs = {trial.name: Path(trial.run) for trial in trials}
     same_seed = runs["learning_rate=0.05-seed=7"], runs["learning_rate=0.1-seed=7"]
     assert os.path.samefile(same_seed[0] / "data/test.parquet", same_seed[1] / "data/test.parquet")
