@@ -62,12 +62,10 @@ TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 WITHOUT_RAY = {"bench", "callbacks", "cli", "cluster", "config", "data", "docs", "gcs_errors", "gradients"}
 WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "pythons", "ray_internals", "runs"}
 # The modules of the clusters of their own: the multi-node cluster, the autoscaling one, and the runtimes
-# benchmark's local Rays. Their tests run on one worker, one after another, and so do the tests of the modules
-# BESIDE_CLUSTERS (with that worker's own shared Ray), chosen so that the two lanes take about as long; the
-# tests of every other Ray module (the shared Ray's, the trained tutorial's) run on the other worker: two
-# lanes of Ray tests, each keeping its own session fixtures.
+# benchmark's local Rays. Their tests run on one worker, one after another, while the tests of every
+# other Ray module (the shared Ray's, the trained tutorial's) run on the other: two lanes of Ray tests,
+# each keeping its own session fixtures.
 ON_CLUSTERS = {"autoscaler", "bench_runtimes", "multinode", "preemption"}
-BESIDE_CLUSTERS = {"faults"}
 RAY_FIXTURES = {"shared_ray", "shared_cluster", "cluster", "multi_node_cluster", "trained_run", "run_copy"}
 CLUSTER_FIXTURES = {"cluster", "multi_node_cluster", "autoscaling_cluster"}
 SHARED_FIXTURES = {"shared_ray", "shared_cluster"}
@@ -83,7 +81,7 @@ def lane_of(nodeid: str) -> str:
     module = module_of(nodeid)
     if module in WITHOUT_RAY:
         return nodeid
-    return "clusters" if module in ON_CLUSTERS | BESIDE_CLUSTERS else "ray"
+    return "clusters" if module in ON_CLUSTERS else "ray"
 
 
 class TwoRayLanes(LoadScopeScheduling):

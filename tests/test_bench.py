@@ -232,3 +232,14 @@ def test_plan_bad_input(args):
 
     with pytest.raises(UsageError, match="qubits must be 16 to 30"):
         plan.main(args)
+
+
+def test_serving_fails_on_qml_rays_losses_only():
+    """The baseline's unanswered requests are its figure; qml_ray's are the run's failure (`bench serving`)."""
+    from qml_ray.bench import serving
+
+    def record(server, sent, answered):
+        return {"server": server, "clients": 64, "sent": sent, "answered": answered}
+
+    assert serving.unanswered([record("qml_ray", 150, 150), record("keras", 150, 108)]) == {"keras": 42}
+    assert serving.unanswered([record("qml_ray", 150, 149), record("keras", 150, 150)]) == {"qml_ray": 1}

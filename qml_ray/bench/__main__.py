@@ -431,10 +431,13 @@ def serving_main(args) -> None:
     doc = {"run": args.run, "requests": args.requests, "seconds": args.seconds, "cpu": cpu}
     doc |= {"machine_cpus": len(os.sched_getaffinity(0)), "records": records}
     write_outputs(args.out, "serving", doc, serving.markdown(doc))
-    unanswered = sum(r["sent"] - r["answered"] for r in records)
-    if unanswered:
-        sys.exit(f"error: {unanswered} request(s) not answered")
     print(f"wrote {folder}/serving.json and serving.md", flush=True)
+    lost = serving.unanswered(records)
+    for server, count in lost.items():
+        if server != "qml_ray":  # the baseline's losses are a figure, not the run's failure
+            print(f"the {server} baseline left {count} request(s) unanswered", flush=True)
+    if lost.get("qml_ray"):
+        sys.exit(f"error: qml_ray left {lost['qml_ray']} request(s) unanswered")
 
 
 def main(argv=None) -> None:

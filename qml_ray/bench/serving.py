@@ -111,6 +111,12 @@ def measure(run: str, clients: list[int], requests: int, seconds: float, out: Pa
     return records
 
 
+def unanswered(records: list[dict]) -> dict[str, int]:
+    """The requests each server left unanswered, of those it lost any."""
+    lost = {server: sum(r["sent"] - r["answered"] for r in records if r["server"] == server) for server in SERVERS}
+    return {server: count for server, count in lost.items() if count}
+
+
 def markdown(doc: dict) -> str:
     lines = [
         f"Run {doc['run']}, one row a request, at most {doc['requests']} requests or {doc['seconds']:g} s per step; "
