@@ -87,20 +87,23 @@ def connect(address: str | None, log_to_driver: bool = True) -> None:
         release_reservations_of_ended_jobs()
 
 
-def release_reservations_of_ended_jobs() -> None:
+def release_reservations_of_ended_jobs(own: bool = False) -> None:
     """Remove the placement groups left by jobs that have ended, but those an actor still alive asked
     for (a detached one's), saying so in one line on stderr. Ray removes a job's placement groups as
     it ends it, but keeps for good one that an actor of the job asks for meanwhile (Ray Train starting
     a killed command's workers again, say): its CPUs would stay reserved, and the next run would wait
-    for them in vain. Best effort: a cluster whose state API does not answer (no dashboard), or
-    answers in part, keeps them all."""
+    for them in vain. With `own` (a command whose work is done), this job's own groups too, quietly: a
+    sweep's trial stopped early can leave its run's group behind. Best effort: a cluster whose state
+    API does not answer (no dashboard), or answers in part, keeps them all."""
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
+    context = ray.get_runtime_context()
     try:
-        left = reservations_of_ended_jobs(ray.get_runtime_context().gcs_address)
+        left = reservations_of_ended_jobs(context.gcs_address)
+        mine = reservations_of_job(context.gcs_address, context.get_job_id()) if own else []
     except Exception:  # the state API's errors: from its HTTP client, its address lookup, a partial answer
         return
-    for group in left:
+    for group in left + mine:
         remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group.placement_group_id))))
     if left:
         cpus = sum(bundle["unit_resources"].get("CPU", 0) for group in left for bundle in group.bundles)
@@ -123,6 +126,15 @@ def reservations_of_ended_jobs(address: str) -> list:
     alive = {actor.actor_id for actor in list_actors(filters=[("state", "!=", "DEAD")], **listed)}
     left = [group for group in groups if group.creator_job_id in ended and not group.is_detached]
     return [group for group in left if creators.get(group.placement_group_id) not in alive]
+
+
+def reservations_of_job(address: str, job: str) -> list:
+    """The placement groups (state API records) not removed nor detached that job `job` asked for."""
+    from ray.util.state import list_placement_groups
+
+    listed = {"address": address, "limit": LISTED, "timeout": STATE_SECONDS}
+    groups = list_placement_groups(filters=[("state", "!=", "REMOVED")], detail=True, **listed)
+    return [group for group in groups if group.creator_job_id == job and not group.is_detached]
 
 
 ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}  # a job's status once its driver has gone
@@ -151,13 +163,14 @@ def leave() -> None:
     """End a command whose work is done, at once. A local Ray it started is handed to the reaper, as
     on an interrupt: ray.shutdown would wait 2-3 s here for its processes to stop, before the prompt
     comes back. On a cluster, it releases what ended jobs left reserved while it ran (a job killed
-    meanwhile, whose actors asked for placement groups as they went), runs the exit handlers (ray.shutdown,
-    withdrawing a request to the autoscaler) and exits without tearing the interpreter down: with
-    TensorFlow loaded, that alone took 1-2 s after the command's last line."""
+    meanwhile, whose actors asked for placement groups as they went) and what its own job still
+    holds, runs the exit handlers (ray.shutdown, withdrawing a request to the autoscaler) and exits
+    without tearing the interpreter down: with TensorFlow loaded, that alone took 1-2 s after the
+    command's last line."""
     if _local_ray:
         interrupts.exit_now(0)
     if ray.is_initialized():
-        release_reservations_of_ended_jobs()
+        release_reservations_of_ended_jobs(own=True)
         atexit._run_exitfuncs()  # what a normal exit runs first
         interrupts.exit_now(0)
 

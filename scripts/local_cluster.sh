@@ -102,10 +102,18 @@ wait_for_sessions() {  # seconds, then node PIDs: wait up to that long until not
   done
 }
 
+live_nodes() {  # the recorded nodes still running: a node lost meanwhile left its PID, which another process may have now
+  local pid
+  for pid in $(cat "$dir/pids"); do
+    ps -o sid=,args= -p "$pid" 2> /dev/null | grep -qE "^ *$pid .*ray start" && echo "$pid"
+  done
+  return 0
+}
+
 down() {  # each node stops itself (SIGTERM); what is left of a node after 5 s is killed
   [ -s "$dir/pids" ] || return 0
   local pids pid
-  pids=$(cat "$dir/pids")
+  pids=$(live_nodes)
   kill $pids 2>/dev/null || true
   wait_for_sessions 5 $pids
   # The head waits about 30 s for actors a job left behind (Ray Train's and Ray Data's detached ones).
