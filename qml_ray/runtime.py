@@ -99,8 +99,7 @@ def release_reservations_of_ended_jobs(own: bool = False) -> None:
 
     context = ray.get_runtime_context()
     try:
-        left = reservations_of_ended_jobs(context.gcs_address)
-        mine = reservations_of_job(context.gcs_address, context.get_job_id()) if own else []
+        left, mine = reservations_to_release(context.gcs_address, context.get_job_id() if own else None)
     except Exception:  # the state API's errors: from its HTTP client, its address lookup, a partial answer
         return
     for group in left + mine:
@@ -110,31 +109,24 @@ def release_reservations_of_ended_jobs(own: bool = False) -> None:
         print(f"released {len(left)} reservation(s) of {cpus:g} CPU(s) left by ended jobs", file=sys.stderr)
 
 
-def reservations_of_ended_jobs(address: str) -> list:
-    """The placement groups (state API records) not removed nor detached, of jobs that have ended,
-    which no actor alive asked for; an exception unless every list came whole. A job's live actors
-    alone do not keep its groups: the first job on a cluster to run Ray Train or Ray Data starts
-    their detached actors, which serve every later job."""
+def reservations_to_release(address: str, own_job: str | None) -> tuple[list, list]:
+    """The placement groups (state API records) not removed nor detached, of jobs that have ended, which
+    no actor alive asked for; and those of `own_job`, if given. An exception unless every list came whole.
+    A job's live actors alone do not keep its groups: the first job on a cluster to run Ray Train or Ray
+    Data starts their detached actors, which serve every later job."""
     from ray.util.state import list_actors, list_jobs, list_placement_groups
 
     from qml_ray import ray_internals
 
     listed = {"address": address, "limit": LISTED, "timeout": STATE_SECONDS}
     groups = list_placement_groups(filters=[("state", "!=", "REMOVED")], detail=True, **listed)
+    groups = [group for group in groups if not group.is_detached]
     creators = ray_internals.placement_group_creators()
     ended = {job.job_id for job in list_jobs(**listed) if job.status in ENDED}
     alive = {actor.actor_id for actor in list_actors(filters=[("state", "!=", "DEAD")], **listed)}
-    left = [group for group in groups if group.creator_job_id in ended and not group.is_detached]
-    return [group for group in left if creators.get(group.placement_group_id) not in alive]
-
-
-def reservations_of_job(address: str, job: str) -> list:
-    """The placement groups (state API records) not removed nor detached that job `job` asked for."""
-    from ray.util.state import list_placement_groups
-
-    listed = {"address": address, "limit": LISTED, "timeout": STATE_SECONDS}
-    groups = list_placement_groups(filters=[("state", "!=", "REMOVED")], detail=True, **listed)
-    return [group for group in groups if group.creator_job_id == job and not group.is_detached]
+    left = [group for group in groups if group.creator_job_id in ended]
+    left = [group for group in left if creators.get(group.placement_group_id) not in alive]
+    return left, [group for group in groups if own_job and group.creator_job_id == own_job]
 
 
 ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}  # a job's status once its driver has gone
