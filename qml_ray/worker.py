@@ -186,11 +186,13 @@ def in_memory_batches(
     import tensorflow as tf
     from ray.train.tensorflow import prepare_dataset_shard
 
+    from qml_ray.tf_data import untuned
+
     rows = len(columns[features.LABEL])
     dataset = tf.data.Dataset.from_tensor_slices((feed.inputs(columns), labels(columns[features.LABEL], label_width)))
     if shuffle_seed is not None:
         dataset = dataset.shuffle(rows, seed=shuffle_seed, reshuffle_each_iteration=True)
-    return prepare_dataset_shard(dataset.batch(batch_size).repeat())
+    return prepare_dataset_shard(untuned(dataset.batch(batch_size).repeat()))
 
 
 def streamed_batches(
@@ -200,6 +202,8 @@ def streamed_batches(
     when a seed is given."""
     import tensorflow as tf
     from ray.train.tensorflow import prepare_dataset_shard
+
+    from qml_ray.tf_data import untuned
 
     shuffle = {}
     if shuffle_seed is not None:
@@ -213,7 +217,7 @@ def streamed_batches(
             yield feed.inputs(batch), labels(batch[features.LABEL], label_width)
 
     spec = (feed.spec(), tf.TensorSpec([None, label_width], tf.float32))
-    return prepare_dataset_shard(tf.data.Dataset.from_generator(batches, output_signature=spec))
+    return prepare_dataset_shard(untuned(tf.data.Dataset.from_generator(batches, output_signature=spec)))
 
 
 def labels(column: np.ndarray, width: int) -> np.ndarray:
@@ -259,7 +263,9 @@ def train_replica(
     the callbacks of callbacks.for_replica: `extra` makes those the runtime adds (Ray Train's
     reports and checkpoints, callbacks.ray_train)."""
     from qml_ray.callbacks import for_replica
+    from qml_ray.tf_data import untune_device_pipelines
 
+    untune_device_pipelines()  # no wait at the end of `fit` (tf_data.py)
     summaries_dir = tempfile.mkdtemp(prefix="tensorboard-") if rank == 0 else None
     done, step, rows = restore(model, checkpoint, summaries_dir)
     if rank == 0 and checkpoint is not None:  # a restart, or a resumed run

@@ -60,7 +60,7 @@ TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 # The test modules none of whose tests starts or joins a Ray. Under pytest-xdist (`-n 2`, as
 # pyproject.toml sets it) each of their tests may run on any worker, beside the rest.
 WITHOUT_RAY = {"bench", "callbacks", "cli", "cluster", "config", "data", "docs", "gcs_errors", "gradients"}
-WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "pythons", "ray_internals", "runs"}
+WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "pythons", "ray_internals", "runs", "tf_data"}
 # The modules of the clusters of their own: the multi-node cluster, the autoscaling one, and the runtimes
 # benchmark's local Rays. Their tests run on one worker, one after another, while the tests of every
 # other Ray module (the shared Ray's, the trained tutorial's) run on the other: two lanes of Ray tests,

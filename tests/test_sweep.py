@@ -166,20 +166,32 @@ def test_a_grid_over_model_parameters_makes_trials_of_params(tmp_path, monkeypat
         sweep.plan(sweep.parse_args(["--model", "models:build", "--grid", "param.width=1,2"]))
 
 
-def test_trials_with_the_same_seed_share_one_data_set(tmp_path, shared_ray):
-    """On disk (hard links), whatever their learning rate; another seed draws its own (in a Ray task, as the
-    sweep's driver draws them, joined to the shared Ray: not whatever Ray a bare ray.init() would find)."""
+@pytest.fixture
+def joined(shared_ray):
+    """This process joined to the shared Ray as the sweep's driver joins it (not whatever Ray a bare
+    ray.init() would find); after the test, left with its signal handlers as they were."""
     import ray
 
-    from qml_ray import runtime, sweep
+    from qml_ray import runtime
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    runtime.connect(shared_ray, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def test_trials_with_the_same_seed_share_one_data_set(tmp_path, joined):
+    """On disk (hard links), whatever their learning rate; another seed draws its own (in a Ray task, as the
+    sweep's driver draws them)."""
+    from qml_ray import sweep
 
     grid = ("--grid", "learning_rate=0.05,0.1", "--seeds", 2, "--storage", tmp_path, "--name", "s")
     _, trials = sweep.plan(sweep.parse_args([*map(str, (*SMALL, *grid))]))
-    runtime.connect(shared_ray, log_to_driver=False)
-    try:
-        sweep.prepare(trials)
-    finally:
-        ray.shutdown()
+    sweep.prepare(trials)
     runs = {trial.name: Path(trial.run) for trial in trials}
     same_seed = runs["learning_rate=0.05-seed=7"], runs["learning_rate=0.1-seed=7"]
     assert os.path.samefile(same_seed[0] / "data/test.parquet", same_seed[1] / "data/test.parquet")
@@ -187,6 +199,21 @@ def test_trials_with_the_same_seed_share_one_data_set(tmp_path, shared_ray):
         same_seed[0] / "data/test.parquet", runs["learning_rate=0.05-seed=8"] / "data/test.parquet"
     )
     assert all((run / "config.yaml").is_file() for run in runs.values())
+
+
+@pytest.mark.slow  # a training
+def test_ray_tune_leaves_the_callers_environment_and_folder_as_it_found_them(tmp_path, joined):
+    """Tune's settings (environment variables, the working folder) are the sweep's own: a script or
+    notebook that runs the trials in its process carries none of them on."""
+    from qml_ray import sweep
+
+    folder, trials = sweep.plan(sweep.parse_args([*map(str, (*SMALL, "--epochs", 1, "--storage", tmp_path))]))
+    sweep.prepare(trials)
+    found = dict(os.environ), os.getcwd()
+    grid = sweep.run_tune(folder, trials, 1, sweep.DEFAULT_METRIC, early_stop=False, resume=False)
+    assert (dict(os.environ), os.getcwd()) == found
+    [result] = grid
+    assert result.error is None and result.metrics["epoch"] == 1
 
 
 def test_existing_sweep_needs_resume_and_the_same_trials(tmp_path):
