@@ -354,7 +354,7 @@ def render(
         part: ray_cluster_spec(f"{name}-{part}", image, config.cpus_per_worker, workers)
         for part, workers in [("cluster", (0, config.workers)), ("train", training), ("infer", (0, infer_workers))]
     }
-    actors = max(1, infer_workers * config.cpus_per_worker - 1)  # one CPU stays free for Ray Data's reads
+    actors = infer_workers * config.cpus_per_worker  # an actor a CPU: Ray Data's reads take none
     # --resume: a retried job continues the run from its checkpoints (or starts it, the first time).
     train = (
         f"python -m qml_ray.train --config {IMAGE_HOME}/{config_path} --workers {config.worker_range} "

@@ -252,7 +252,7 @@ def join_cluster(config: config_lib.Config, address: str | None, verbose: bool, 
     runtime.connect(address, log_to_driver=verbose)
     runtime.quiet_ray_data(verbose)
     runtime.require_capacity(
-        actors + 1, 1, "inference actor(s) plus one CPU for Ray Data's reads", "lower --actors", config.capacity_timeout
+        actors, 1, "inference actor(s)", "lower --actors", config.capacity_timeout
     )
     runtime.require_state_memory(
         len(quantum_layers.qubits(model, first)),

@@ -1,6 +1,7 @@
 """Every user mistake: one clear error line, exit status 2 within a minute, no traceback, and
 nothing written or changed anywhere (the whole temporary tree is compared before and after)."""
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -516,6 +517,16 @@ def test_a_bad_row_met_by_the_actors_is_one_line_naming_it(run_copy, shared_ray)
     data = ("--data", run_copy.parent / "bad.parquet", "--batch-size", 4, "--address", shared_ray)
     done = run_command("infer", "--run", run_copy, *data, timeout=MISTAKE_SECONDS)
     assert_usage_error(done, f"error: the circuit of row id {table['id'][5]} is not a serialized TFQ circuit")
+    assert snapshot(run_copy.parent) == before
+
+
+def test_inference_on_nodes_too_small_for_its_state_vectors_is_one_line(run_copy):
+    """The largest node's memory (Ray's resource: a local Ray's, made 1 KiB) cannot hold an actor's states:
+    refused before any actor starts, nothing written."""
+    before = snapshot(run_copy.parent)
+    env = command_env(RAY_OVERRIDE_RESOURCES=json.dumps({"memory": 1024}))
+    done = run_command("infer", "--run", run_copy, env=env, timeout=MISTAKE_SECONDS)
+    assert_usage_error(done, "error: an inference actor's state vectors (8 qubits, 1 thread(s)) need")
     assert snapshot(run_copy.parent) == before
 
 

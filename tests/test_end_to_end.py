@@ -65,7 +65,7 @@ def test_tensorboard_has_per_epoch_scalars_and_readout_histogram(trained_run):
 @pytest.mark.core
 def test_inference_equals_in_process_prediction(trained_run):
     run = trained_run.path
-    done = run_command("infer", "--run", run, "--actors", 1, "--batch-size", 5)
+    done = run_command("infer", "--run", run, "--actors", 2, "--batch-size", 5)  # an actor per CPU
     assert done.returncode == 0, done.stderr[-3000:]
     out = re.search(r"predictions in (\S+)", done.stdout).group(1)
     predicted = pq.read_table(out).to_pandas().sort_values("id")
@@ -77,7 +77,7 @@ def test_inference_equals_in_process_prediction(trained_run):
     np.testing.assert_allclose(predicted["prediction"].to_numpy(), expected, atol=1e-5)
 
     mse = float(np.mean((expected - test.column("label").to_numpy()) ** 2))  # the QCNN's loss
-    assert f"loss {mse:.4f}  accuracy " in done.stdout
+    assert f"loss {mse:.4f}  accuracy " in done.stdout and "with 2 actor(s)" in done.stdout
     lines = (done.stdout + done.stderr).splitlines()  # its two lines, nothing of Ray's or TensorFlow's
     assert [line.split()[0] for line in lines] == ["predicted", "loss"], lines
 
