@@ -147,6 +147,10 @@ def pair():  # two features and no circuit: their Dense layer gives the angle, o
 
 def not_a_model():
     return 42
+
+
+def failing_callbacks(rank, run):
+    raise ValueError("no such dashboard")
 """,
     "broken": "def build(:\n",
     "failing": "import a_package_nobody_installed\n\n\ndef build():\n    pass\n",
@@ -575,11 +579,17 @@ def test_error_text_is_one_bounded_line():
         ("mymodels:tiny", "wide-labels", "the data's labels hold 3 value(s) per circuit"),
         ("mymodels:controlled", "labelled", "model input 'command' has no column of its name"),
         ("mymodels:wide", "commanded", "a training worker's state vectors (34 qubits, 1 thread(s)) need"),
+        (
+            "mymodels:tiny --callbacks mymodels:failing_callbacks",
+            "labelled",
+            "the callbacks function mymodels:failing_callbacks failed: ValueError: no such dashboard",
+        ),
     ],
 )
 def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_ray, model, data, message):
-    """What the driver cannot see without importing the model (and TensorFlow): the workers report
-    it, the command ends in one line, and the run it started is removed."""
+    """What the driver cannot see without importing the model (and TensorFlow), or calling the user's
+    callbacks function: the workers report it, the command ends in one line, and the run it started is
+    removed."""
     (tree["tmp"] / "runs").mkdir()
     before = snapshot(tree["tmp"])
     data = tree["data"] / f"{data}.parquet"
@@ -587,7 +597,7 @@ def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_r
     options += ("--address", shared_ray)
     done = run_command(
         "train",
-        *("--model", model, "--data", data, "--validation-data", data, *options),
+        *("--model", *model.split(), "--data", data, "--validation-data", data, *options),
         timeout=300,
         env=command_env(PYTHONDONTWRITEBYTECODE="1"),
         cwd=tree["work"],

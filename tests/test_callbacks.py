@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from qml_ray.callbacks import EpochClock, MetricsHistory, ProgressLine, history_csv
+from qml_ray.callbacks import EpochClock, MetricsHistory, ProgressLine, configured, history_csv
+from qml_ray.config import Config
 from qml_ray.console import Workers, resize_line
+from qml_ray.errors import ModelError
 
 LINE = re.compile(r"^epoch (\d+)/2  step (\d+)/5  [0-9.e+]+ circuits/s  \d+s of training left in the epoch$")
 
@@ -74,3 +76,14 @@ def test_the_console_says_when_an_elastic_run_shrank_or_grew():
         "growing to 2 of 3 workers",
         "back to 3 workers",
     ]
+
+
+def test_a_callbacks_function_must_return_a_list_of_keras_callbacks(tmp_path, monkeypatch):
+    """What a worker does with --callbacks' function (its raising: test_bad_input, through the command)."""
+    (tmp_path / "users_callbacks.py").write_text(
+        "def named(rank, run):\n    return 'progress'\n\n\n" + ("def none(rank, run):\n    return []\n")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModelError, match="users_callbacks:named must return a list of Keras callbacks"):
+        configured(Config(callbacks="users_callbacks:named"), rank=0, run=str(tmp_path))
+    assert configured(Config(callbacks="users_callbacks:none"), rank=1, run=str(tmp_path)) == []
