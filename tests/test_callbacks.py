@@ -80,9 +80,9 @@ def test_the_console_says_when_an_elastic_run_shrank_or_grew():
 
 def test_a_callbacks_function_must_return_a_list_of_keras_callbacks(tmp_path, monkeypatch):
     """What a worker does with --callbacks' function (its raising: test_bad_input, through the command)."""
-    (tmp_path / "users_callbacks.py").write_text(
-        "def named(rank, run):\n    return 'progress'\n\n\n" + ("def none(rank, run):\n    return []\n")
-    )
+    functions = {"named": "'progress'", "none": "[]"}
+    module = "".join(f"def {name}(rank, run):\n    return {value}\n\n\n" for name, value in functions.items())
+    (tmp_path / "users_callbacks.py").write_text(module)
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModelError, match="users_callbacks:named must return a list of Keras callbacks"):
         configured(Config(callbacks="users_callbacks:named"), rank=0, run=str(tmp_path))
