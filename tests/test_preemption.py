@@ -148,6 +148,16 @@ def driver_pid(name: str) -> int:
     raise AssertionError(f"no driver process for run {name}")
 
 
+def lose_the_driver(cluster, job: str, name: str) -> str:
+    """Kill the driver of `job` (training run `name`), as its pod is lost; return the job's log once it
+    has failed and Ray has stopped its training workers."""
+    os.kill(driver_pid(name), signal.SIGKILL)
+    logs = follow(cluster, job)
+    assert cluster.job_status(job) == "FAILED"
+    wait_until_no_training_workers(cluster)
+    return logs
+
+
 def registered_checkpoints(run: Path) -> list[str]:
     """The folder names of the run's checkpoints that Ray Train's controller has registered (its
     checkpoint_manager_snapshot.json in the run folder): those a restart resumes from. A checkpoint's
@@ -183,15 +193,17 @@ def test_an_elastic_run_goes_on_at_once_without_a_lost_node_and_grows_back_when_
     """One elastic run (--workers 1-2) of a model and data of the user's own (the classifier example), not
     the QCNN, loses a worker node after a drain notice (GKE's for a spot VM): it is checkpointed at the step
     it was held at and, with no node added, goes on from the next on the one worker left. A node joins
-    again: it grows back to 2 workers from its latest checkpoint (every epoch's, while short of workers),
-    and trains to the end. (A loss without notice, elastic: bench elastic; fixed: the test below.)"""
+    again: it grows back to 2 workers from its latest checkpoint (every epoch's, while short of workers).
+    Then its driver dies: the same command again, as a RayJob's retry runs it, resumes it from its last
+    checkpoint and trains to the end. (A loss without notice, elastic: bench elastic; fixed: the test below.)"""
     from examples import hea_classifier
 
     run, hold = tmp_path / "elastic", tmp_path / HOLD_FILE
     hea_classifier.make_data(str(tmp_path / "data"))
     model = ("--model", "examples.hea_classifier:classifier", "--data", tmp_path / "data", "--batch-size", 16)
     hold.write_text("2")
-    job = submit(cluster.url, cluster.env, *train_command(tmp_path, "elastic", "1-2", model), wait=False)
+    command = train_command(tmp_path, "elastic", "1-2", model)
+    job = submit(cluster.url, cluster.env, *command, wait=False)
     node, raylet = training_worker_nodes(cluster)[0]
     wait_for_epoch(run, 2)  # held at epoch 3's first step, which the drain lets run; then held again
     drain(cluster, node)
@@ -203,9 +215,14 @@ def test_an_elastic_run_goes_on_at_once_without_a_lost_node_and_grows_back_when_
     wait_until_registered(run, 4)
     cluster.script("add", "1")  # a node returns, as GKE brings a new spot node
     wait_for(lambda: "back to 2 workers" in cluster.job_logs(job), "the run grown back to 2 workers", 120)
+    hold.write_text("6")  # on 2 workers to epoch 6, checkpointed (every 3rd epoch's, on all its workers)
+    wait_for_epoch(run, 6)
+    wait_until_registered(run, 6)
+    logs = lose_the_driver(cluster, job, "elastic")
     hold.unlink()
-    logs = follow(cluster, job)
-    assert cluster.job_status(job) == "SUCCEEDED", logs[-3000:]
+    rerun = submit(cluster.url, cluster.env, *command, wait=False)
+    logs += follow(cluster, rerun)
+    assert cluster.job_status(rerun) == "SUCCEEDED", logs[-3000:]
     assert (epoch, step) == (2, 1)  # the step it was held at
     statuses = assert_went_on_and_grew_back(cluster, run, logs, epoch, step)
     history_rows = history(run)  # the user's model learnt, with its own metrics
@@ -222,7 +239,7 @@ def assert_went_on_and_grew_back(cluster, run: Path, logs: str, epoch: int, step
     steps = math.ceil(rows // 2 / 16)  # per epoch, 2 workers of 16 a batch, as 1 of 32
     assert steps == math.ceil(rows / 32)
     assert f"resuming epoch {epoch + 1} at step {step + 1} of {steps} (a node drained)" in logs, logs[-3000:]
-    assert epochs_by_attempt(logs) == [[1, 2], [3, 4], [5, 6, 7, 8]], logs[-3000:]
+    assert epochs_by_attempt(logs) == [[1, 2], [3, 4], [5, 6], [7, 8]], logs[-3000:]
     said = [line for line in logs.splitlines() if re.match(r"(continuing on|back to) ", line)]
     assert said == ["continuing on 1 of 2 workers (a node was lost)", "back to 2 workers"], logs[-3000:]
     assert "(raylet)" not in logs, logs[-3000:]  # Ray's messages of the lost node stay in its log files
@@ -233,9 +250,11 @@ def assert_went_on_and_grew_back(cluster, run: Path, logs: str, epoch: int, step
     # step of the run: neither the restarts nor the worker counts repeated or skipped a step.
     weights = tf.train.load_checkpoint(str(run / "weights" / storage.WEIGHTS_PREFIX))
     assert weights.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == EPOCHS * steps
-    [train_run] = [run for run in cluster.train_runs() if run["name"] == "elastic"]  # the dashboard's Train view
-    statuses = [attempt["status"] for attempt in train_run["attempts"]]
-    assert len(statuses) == 3 and statuses[-1] == "FINISHED" and train_run["status"] == "FINISHED", statuses
+    # The dashboard's Train view: the lost driver's run, and the rerun's, finished in one attempt.
+    runs = [train_run for train_run in cluster.train_runs() if train_run["name"] == "elastic"]
+    lost, rerun = sorted(runs, key=lambda train_run: train_run["start_time_ns"])
+    statuses = [attempt["status"] for attempt in lost["attempts"]]
+    assert len(statuses) == 3 and rerun["status"] == "FINISHED" and len(rerun["attempts"]) == 1, (statuses, rerun)
     return statuses
 
 
@@ -262,10 +281,7 @@ def test_a_rerun_after_the_driver_dies_resumes_from_the_last_checkpoint_and_fail
     training_worker_raylets(cluster)
     last_before = wait_for_epoch(run, 5)
     wait_until_registered(run, CHECKPOINT_EVERY)
-    os.kill(driver_pid("driver-lost"), signal.SIGKILL)
-    assert "yet: starting it" in follow(cluster, first)  # --resume started the new run
-    assert cluster.job_status(first) == "FAILED"
-    wait_until_no_training_workers(cluster)  # the first job's, which Ray stops as the job ends
+    assert "yet: starting it" in lose_the_driver(cluster, first, "driver-lost")  # --resume started the new run
 
     hold.write_text(str(LOST_AFTER))
     second = submit(cluster.url, cluster.env, *command, wait=False)
