@@ -251,9 +251,7 @@ def join_cluster(config: config_lib.Config, address: str | None, verbose: bool, 
 
     runtime.connect(address, log_to_driver=verbose)
     runtime.quiet_ray_data(verbose)
-    runtime.require_capacity(
-        actors, 1, "inference actor(s)", "lower --actors", config.capacity_timeout
-    )
+    runtime.require_capacity(actors, 1, "inference actor(s)", "lower --actors", config.capacity_timeout)
     runtime.require_state_memory(
         len(quantum_layers.qubits(model, first)),
         1,
