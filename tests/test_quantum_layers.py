@@ -194,6 +194,7 @@ def test_training_with_block_and_tfq_gradients_agree(trained_run, tmp_path, shar
 SAMPLES = "it samples its expectations (repetitions or a noisy backend); the block method computes them exactly"
 
 
+@pytest.mark.slow  # a training
 def test_every_kind_of_layer_trains_and_the_console_names_its_gradient(tmp_path, shared_ray):
     """A NoisyPQC, a NoisyControlledPQC, a sampled PQC, a bare SampledExpectation and a PQC whose
     differentiator the model sets (tests/layer_kinds.py), trained by the command: each layer's gradient

@@ -52,6 +52,7 @@ def users(user_project, shared_cluster, tmp_path_factory):
     wait_for(lambda: not shared_cluster.idle(), "the served application gone from the shared Ray", 30)
 
 
+@pytest.mark.slow  # a training (its fixture)
 def test_a_users_model_of_a_circuit_and_a_number_answers_as_infer_does_over_http_and_from_python(users):
     served, expected = users
     status, answer = post(f"{served.url}/predict", {"rows": expected.rows})

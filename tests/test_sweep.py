@@ -99,6 +99,7 @@ def test_a_trial_that_dies_before_its_first_report_is_named_failed(tmp_path, sha
     ]
 
 
+@pytest.mark.slow  # two trainings
 def test_seeds_run_one_at_a_time_and_early_stopping_stops_the_worse(tmp_path, shared_ray):
     """--seeds 2: a trial per seed; --max-concurrent 1: the second starts after the first ends, where the
     cluster holds both; --early-stop val_loss: ASHA's rungs (epochs 2 and 8 of 12, checkpoints every 2)
