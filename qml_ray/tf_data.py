@@ -1,10 +1,10 @@
 """tf.data without its autotuning, for every pipeline a worker's `fit` iterates.
 
-Each tf.data iterator that autotunes has a thread of its own that re-tunes the pipeline in rounds
-further and further apart, and the iterator's end waits for that thread. At the end of a `fit`, the
-worker waited 0-79 s for it between its last epoch and its return (the 23-qubit run's worst case;
-the tutorial config's, 3-20 s). Nothing is there to tune: the pipelines hand over circuits as strings
-to a simulation that takes far longer than any batch.
+Each tf.data iterator that autotunes has a tuning thread of its own, and the iterator's end waits
+for that thread to stop (py-spy: `RootDataset::Iterator::~Iterator` in the thread's join). At the end
+of a `fit` the worker waited there 0-79 s between its last epoch and its return (the tutorial config:
+5-19 s). Nothing is there to tune: the pipelines hand over circuits as strings to a simulation that
+takes far longer than any batch.
 
 Two kinds of pipeline: the worker's own (`untuned`), and those a tf.distribute strategy builds on
 each device from them, which do not inherit their options (`untune_device_pipelines`; TensorFlow
