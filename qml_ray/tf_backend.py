@@ -4,8 +4,9 @@ Ray's own `TensorflowConfig` lives in the `ray.train.tensorflow` package, whose 
 TensorFlow (4-5 s of CPU here): in the command, and again in Ray Train's controller, which
 unpickles the config. `TFConfig` sets up the workers the same way, so only they import it.
 
-Importing this module has Ray Train's elastic policy size worker groups on the live nodes, in the
-controller's process too, which imports it to unpickle the config (ray_internals).
+Importing this module has Ray Train's elastic policy size worker groups on the live nodes, and start no
+DatasetManager for a run given no datasets, in the controller's process too, which imports it to
+unpickle the config (ray_internals).
 """
 
 import json
@@ -15,9 +16,14 @@ import socket
 import ray
 from ray.train.backend import Backend, BackendConfig
 
-from qml_ray.ray_internals import TrainingFramework, size_elastic_groups_on_the_live_nodes
+from qml_ray.ray_internals import (
+    TrainingFramework,
+    no_dataset_manager_without_datasets,
+    size_elastic_groups_on_the_live_nodes,
+)
 
 size_elastic_groups_on_the_live_nodes()
+no_dataset_manager_without_datasets()
 
 
 class TFConfig(BackendConfig):
