@@ -14,6 +14,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -591,10 +592,18 @@ def is_a_node(pid: int) -> bool:
 
 
 def command_line(pid: int) -> bytes:
+    """The process's arguments, each ended by a NUL byte (none once it has gone)."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:
         return b""
+
+
+def running_commands() -> Iterator[tuple[int, list[bytes]]]:
+    """Every process's PID and arguments."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        if line := command_line(int(proc.name)):
+            yield int(proc.name), line.split(b"\0")
 
 
 def is_running(pid: int) -> bool:

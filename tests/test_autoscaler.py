@@ -17,7 +17,7 @@ import pytest
 from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 from ray.autoscaler.v2.sdk import get_cluster_status
 
-from conftest import ROOT, SMOKE, command_env, free_port, is_running, run_command, wait_for
+from conftest import ROOT, SMOKE, command_env, free_port, is_running, run_command, running_commands, wait_for
 
 pytestmark = pytest.mark.slow  # an autoscaling cluster
 
@@ -56,17 +56,12 @@ def autoscaling_config(gcs: str) -> dict:
 
 def cluster_processes(port: int) -> list[int]:
     """PIDs of this cluster's processes: every one names its GCS port on its command line."""
-    pids = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(arg.endswith(f":{port}".encode()) or arg == str(port).encode() for arg in args) and is_running(
-            int(proc.name)
-        ):
-            pids.append(int(proc.name))
-    return pids
+    names = (f":{port}".encode(), str(port).encode())
+    return [
+        pid
+        for pid, args in running_commands()
+        if any(arg.endswith(names[0]) or arg == names[1] for arg in args) and is_running(pid)
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from qml_ray import datasets, storage
 from qml_ray.runtime import ENDED
 
-from conftest import SMOKE, proc_stat, ray_cli, session_processes, submit, wait_for
+from conftest import SMOKE, command_line, proc_stat, ray_cli, running_commands, session_processes, submit, wait_for
 from holds import HOLD, HOLD_FILE
 from test_your_model import gradients_of
 
@@ -71,7 +71,7 @@ def training_worker_nodes(cluster) -> list[tuple[str, int]]:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         nodes = [(actor["node_id"], parent_pid(actor["pid"])) for actor in alive_training_workers(cluster)]
-        if len(nodes) == 2 and all(pid and "raylet" in Path(f"/proc/{pid}/cmdline").read_text() for _, pid in nodes):
+        if len(nodes) == 2 and all(pid and b"raylet" in command_line(pid) for _, pid in nodes):
             return nodes
         time.sleep(1)
     raise AssertionError("the two training workers did not start, as their raylets' children, within 300 s")
@@ -138,13 +138,9 @@ def assert_every_epoch_once(run: Path, last: int = EPOCHS) -> None:
 
 def driver_pid(name: str) -> int:
     """The job's driver: the Python process running qml_ray.train for run `name`."""
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, args in running_commands():
         if b"qml_ray.train" in args and name.encode() in args and b"python" in Path(args[0].decode()).name.encode():
-            return int(proc.name)
+            return pid
     raise AssertionError(f"no driver process for run {name}")
 
 
