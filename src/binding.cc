@@ -23,7 +23,8 @@ namespace {
 
 template <class T, class... Extra>
 using Array = nb::ndarray<T, nb::c_contig, nb::device::cpu, Extra...>;
-using StateArray = Array<float, nb::shape<2, -1>>;
+// A state's two planes, each contiguous, the imaginary one `stride(0)` floats after the real one (plane_stride).
+using StateArray = nb::ndarray<float, nb::device::cpu, nb::shape<2, -1>>;
 using Matrix = Array<cdouble, nb::shape<4, 4>>;
 
 // A field of the plan's NamedTuple as a vector.
@@ -70,15 +71,15 @@ Readouts readouts_from(nb::handle t) {
 using NumpyState = nb::ndarray<nb::numpy, float, nb::shape<2, -1>>;
 
 Planes array_planes(StateArray state) {
-  const index_t size = static_cast<index_t>(state.shape(1));
-  return {state.data(), state.data() + size, size};
+  if (state.shape(1) > 1 && state.stride(1) != 1) throw std::invalid_argument("a state's planes are not contiguous");
+  return {state.data(), state.data() + state.stride(0), static_cast<index_t>(state.shape(1))};
 }
 
 // A new state of 2^qubits amplitudes, owned by the numpy array it is returned as.
 NumpyState new_state(int qubits, bool huge_pages) {
   float* data = allocate_state(qubits, huge_pages);
   nb::capsule owner(data, [](void* p) noexcept { release_state(p); });
-  return {data, {2, size_t(1) << qubits}, owner};
+  return {data, {2, size_t(1) << qubits}, owner, {plane_stride(qubits), 1}};
 }
 
 nb::ndarray<nb::numpy, cdouble, nb::shape<4, 4>> to_numpy(const Mat4& m) {

@@ -56,7 +56,7 @@ Recycler& recycler() {
 }  // namespace
 
 float* allocate_state(int qubits, bool huge_pages) {
-  const size_t size = (size_t(2) << qubits) * sizeof(float);
+  const size_t size = size_t(plane_stride(qubits) + (index_t(1) << qubits)) * sizeof(float);
   const Kind kind{size, huge_pages && size >= kHugePage};
   Recycler& r = recycler();
   {

@@ -23,6 +23,17 @@ struct Planes {
   index_t size;  // amplitudes per plane
 };
 
+// Floats from a state's real plane to its imaginary one: 2^qubits, and from 2 MiB states on a gap of
+// kPlaneGap more, so that an amplitude's two parts are never a large power of two apart. On AMD's Zen cores
+// lines whose addresses differ only from bit 28 up share an L1 way's micro-tag and evict each other: with the
+// planes 2^26 floats apart (26 qubits) a pass over a tile in cache took 2x-9x as long
+// (docs/kernel-notes.md#the-state-two-planes).
+constexpr index_t kPlaneGap = index_t(1) << 14;  // 64 KiB
+inline index_t plane_stride(int qubits) {
+  const index_t size = index_t(1) << qubits;
+  return size * 2 * index_t(sizeof(float)) >= index_t(kHugePage) ? size + kPlaneGap : size;
+}
+
 // Both planes of 2^qubits amplitudes in one buffer (not initialised), 64-byte aligned; from 2 MiB on, with
 // `huge_pages` on transparent huge pages where the OS gives them (fewer page faults and TLB misses), else on
 // its small pages. A released buffer is kept for the next state of its size and pages, up to kRecycledBytes of
@@ -41,8 +52,7 @@ inline StateBuffer new_state_buffer(int qubits, bool huge_pages) {
 }
 
 inline Planes planes_of(float* data, int qubits) {
-  const index_t size = index_t(1) << qubits;
-  return {data, data + size, size};
+  return {data, data + plane_stride(qubits), index_t(1) << qubits};
 }
 
 // Where part `part` of `parts` starts among `count` items, cut at multiples of 2^unit_bits.
