@@ -37,9 +37,10 @@ inline index_t plane_stride(int qubits) {
 // Both planes of 2^qubits amplitudes in one buffer (not initialised), 64-byte aligned; from 2 MiB on, with
 // `huge_pages` on transparent huge pages where the OS gives them (fewer page faults and TLB misses), else on
 // its small pages. A released buffer is kept for the next state of its size and pages, up to kRecycledBytes of
-// them, or the latest one alone when larger, so a new state seldom faults in fresh pages
-// (docs/kernel-notes.md#the-state-two-planes).
+// them, or the latest kInFlightStates (a circuit's state and co-state) when larger, so a new state seldom faults
+// in fresh pages (docs/kernel-notes.md#the-state-two-planes).
 constexpr size_t kRecycledBytes = size_t(128) << 20;
+constexpr size_t kInFlightStates = 2;
 float* allocate_state(int qubits, bool huge_pages = true);
 void release_state(void* buffer) noexcept;
 
