@@ -62,6 +62,8 @@ float* allocate_state(int qubits, bool huge_pages) {
   {
     std::lock_guard<std::mutex> hold(r.lock);
     if (float* buffer = r.take(kind)) return buffer;
+    if (size > kRecycledBytes)  // a large state of another kind or size: the kept ones go back first
+      while (!r.kept.empty()) r.drop_oldest();
   }
   const size_t align = size >= kHugePage ? kHugePage : 64;
   float* buffer = static_cast<float*>(std::aligned_alloc(align, size));

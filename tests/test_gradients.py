@@ -640,6 +640,23 @@ def test_a_block_on_every_bit_pair(path_kernel, lo, parts):
         np.testing.assert_allclose(transition, rows @ columns.conj().T, atol=1e-3)
 
 
+def test_large_states_keep_their_planes_off_a_power_of_two(path_kernel):
+    """From 2 MiB (18 qubits) a state's imaginary plane starts a gap after its real one's 2^n floats (planes
+    exactly 2^26 floats apart alias in an AMD Zen core's L1, docs/kernel-notes.md#the-state-two-planes). A pass
+    reads a state by its strides: a block on such a state agrees with numpy's."""
+    (circuit, *_), symbols, values, readouts, _ = ladder_batch(18, 1, seed=4)
+    planned, kernel_readouts = plan_of([circuit], symbols, readouts)
+    out = np.zeros(len(readouts[0]))
+    state = path_kernel.circuit_expectations(
+        path_kernel.Circuit(planned.circuit), values[0], path_kernel.Readouts(kernel_readouts), out, 1
+    )
+    assert state.shape == (2, 2**18) and state.strides[0] > 4 * 2**18 and state.strides[1] == 4
+    u = np.linalg.qr(np.random.default_rng(5).standard_normal((4, 4)) + 0j)[0]
+    expected = on_bits(u, state, 17, 9, 18)
+    path_kernel.apply_block(state, u, 17, 9, 1)
+    np.testing.assert_allclose(as_tensor(state, 18), expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("lows", [(0,), (1, 3), (0, 2, 3), (0, 1, 2), (0, 1, 2, 4), (0, 1, 2, 3), (0, 1, 2, 3, 4)])
 def test_a_relabelling_swaps_bits(path_kernel, lows, parts):
