@@ -146,5 +146,12 @@ def _op_factors(op, index: dict) -> list[Factor]:
 
 
 def on_pair(proj: np.ndarray, position: int) -> np.ndarray:
-    """A one-qubit projector on position 0 (the more significant) or 1 of a pair."""
-    return np.kron(proj, np.eye(2)) if position == 0 else np.kron(np.eye(2), proj)
+    """A one-qubit projector on position 0 (the more significant) or 1 of a pair: kron(proj, I) or kron(I, proj),
+    written in place (a plan makes hundreds, and np.kron took half of its time)."""
+    pair = np.zeros((4, 4), np.result_type(proj, np.float64))
+    for k in (0, 1):
+        if position == 0:
+            pair[k::2, k::2] = proj
+        else:
+            pair[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = proj
+    return pair
