@@ -482,10 +482,17 @@ def proc_stat(pid: int) -> list[str]:
         return []
 
 
+def running_pids() -> list[int]:
+    """Every process's PID, from /proc's numbered folders as they are listed (no file in them is touched: one
+    whose process has gone since raises ESRCH, which pathlib's glob does not take for a missing file)."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
 def session_processes(session: int) -> list[int]:
     """The running processes of a session (a process group started with start_new_session)."""
-    pids = (int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat"))
-    return [pid for pid in pids if (fields := proc_stat(pid)) and int(fields[3]) == session and fields[0] != "Z"]
+    return [
+        pid for pid in running_pids() if (fields := proc_stat(pid)) and int(fields[3]) == session and fields[0] != "Z"
+    ]
 
 
 CLUSTER_SCRIPT = ROOT / "scripts" / "local_cluster.sh"
@@ -601,9 +608,9 @@ def command_line(pid: int) -> bytes:
 
 def running_commands() -> Iterator[tuple[int, list[bytes]]]:
     """Every process's PID and arguments."""
-    for proc in Path("/proc").glob("[0-9]*"):
-        if line := command_line(int(proc.name)):
-            yield int(proc.name), line.split(b"\0")
+    for pid in running_pids():
+        if line := command_line(pid):
+            yield pid, line.split(b"\0")
 
 
 def is_running(pid: int) -> bool:

@@ -21,7 +21,7 @@ import pytest
 from qml_ray import checkpoints, claims, config as config_lib, interrupts, storage
 from qml_ray.errors import UsageError
 
-from conftest import ROOT, SMOKE, command_env, require, run_command, wait_for
+from conftest import ROOT, SMOKE, command_env, require, run_command, running_pids, wait_for
 from holds import HOLD, HOLD_FILE, held_marker
 from test_bad_input import snapshot
 from test_end_to_end import epoch_lines
@@ -101,10 +101,10 @@ def processes_holding(hold: Path) -> list[int]:
     """The processes (the command, its Ray's workers) whose environment names the hold file."""
     marker = f"{MARK_ENV}={hold}".encode()
     found = []
-    for proc in Path("/proc").glob("[0-9]*"):
+    for pid in running_pids():
         try:
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(pid)
         except OSError:
             continue
     return found

@@ -65,11 +65,11 @@ class LocalCluster:
 def session_processes(session: int) -> list[int]:
     """The PIDs of the processes of session `session`."""
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in (name for name in os.listdir("/proc") if name.isdigit()):  # a gone process's files raise ESRCH
         with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             if int(fields[3]) == session:
-                found.append(int(stat.parent.name))
+                found.append(int(pid))
     return found
 
 
