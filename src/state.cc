@@ -79,7 +79,8 @@ void release_state(void* buffer) noexcept {
   Recycler& r = recycler();
   std::lock_guard<std::mutex> hold(r.lock);
   const Kind kind = r.kinds.at(buffer);
-  while (!r.kept.empty() && r.kept_bytes + kind.bytes > std::max(kInFlightStates * kind.bytes, kRecycledBytes)) r.drop_oldest();
+  const size_t keep = std::max(kInFlightStates * kind.bytes, kRecycledBytes);
+  while (!r.kept.empty() && r.kept_bytes + kind.bytes > keep) r.drop_oldest();
   r.kept.emplace_back(kind, static_cast<float*>(buffer));
   r.kept_bytes += kind.bytes;
 }

@@ -26,9 +26,9 @@ struct Planes {
 // Floats from a state's real plane to its imaginary one: 2^qubits, and from 2 MiB states on a gap of
 // kPlaneGap more, so that an amplitude's two parts are never a large power of two apart. On AMD's Zen cores
 // lines whose addresses differ only from bit 28 up share an L1 way's micro-tag and evict each other: with the
-// planes 2^26 floats apart (26 qubits) a pass over a tile in cache took 2x-9x as long
-// (docs/kernel-notes.md#the-state-two-planes).
-constexpr index_t kPlaneGap = index_t(1) << 14;  // 64 KiB
+// planes 2^26 floats apart (26 qubits) a pass over a tile in cache took 2x-9x as long. The gap's odd 2 KiB puts
+// the planes' runs in the two halves of the L1's sets (docs/kernel-notes.md#the-state-two-planes).
+constexpr index_t kPlaneGap = (index_t(1) << 14) + (index_t(1) << 9);  // 66 KiB
 inline index_t plane_stride(int qubits) {
   const index_t size = index_t(1) << qubits;
   return size * 2 * index_t(sizeof(float)) >= index_t(kHugePage) ? size + kPlaneGap : size;
