@@ -56,11 +56,11 @@ def autoscaling_config(gcs: str) -> dict:
 
 def cluster_processes(port: int) -> list[int]:
     """PIDs of this cluster's processes: every one names its GCS port on its command line."""
-    names = (f":{port}".encode(), str(port).encode())
+    address, bare = f":{port}".encode(), str(port).encode()
     return [
         pid
         for pid, args in running_commands()
-        if any(arg.endswith(names[0]) or arg == names[1] for arg in args) and is_running(pid)
+        if any(arg.endswith(address) or arg == bare for arg in args) and is_running(pid)
     ]
 
 

@@ -150,8 +150,6 @@ def on_pair(proj: np.ndarray, position: int) -> np.ndarray:
     written in place (a plan makes hundreds, and np.kron took half of its time)."""
     pair = np.zeros((4, 4), np.result_type(proj, np.float64))
     for k in (0, 1):
-        if position == 0:
-            pair[k::2, k::2] = proj
-        else:
-            pair[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = proj
+        rows = slice(k, None, 2) if position == 0 else slice(2 * k, 2 * k + 2)
+        pair[rows, rows] = proj
     return pair
