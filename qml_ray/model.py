@@ -32,7 +32,10 @@ import sympy
 import tensorflow as tf
 import tensorflow_quantum as tfq
 
-from qml_ray import keras_seeds  # noqa: F401  (the QCNN seeds tf-keras: see keras_seeds)
+from qml_ray import (
+    keras_seeds,  # noqa: F401  (the QCNN seeds tf-keras: see keras_seeds)
+    tfq_autograph,  # noqa: F401  (TFQ's code left unconverted: see tfq_autograph)
+)
 
 tf.get_logger().setLevel("ERROR")  # TF's Python info and warnings drown the run's own output
 

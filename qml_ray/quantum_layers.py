@@ -24,7 +24,10 @@ import tensorflow_quantum as tfq
 from tensorflow_quantum.python.layers.circuit_executors import expectation, sampled_expectation
 from tensorflow_quantum.python.layers.high_level import controlled_pqc, noisy_controlled_pqc, noisy_pqc, pqc
 
-from qml_ray import keras_seeds  # noqa: F401  (before the contract runs a model function that seeds tf-keras)
+from qml_ray import (
+    keras_seeds,  # noqa: F401  (before the contract runs a model function that seeds tf-keras)
+    tfq_autograph,  # noqa: F401  (before it builds one: TFQ's code left unconverted)
+)
 from qml_ray.errors import ModelError
 from qml_ray.gradients import BlockAdjoint, UnsupportedGate
 from qml_ray.gradients.plan import plan

@@ -25,6 +25,7 @@ from test_your_model import gradients_of
 BATCH = 16
 QUBITS = cirq.LineQubit.range(2)
 ANGLE = sympy.Symbol("angle")
+EXAMPLES = [("hea_classifier", "examples.hea_classifier:classifier"), ("regression", "examples.regression:regressor")]
 
 
 def built(model, differentiator: str) -> tuple:
@@ -42,10 +43,7 @@ def loss_gradients(model, circuits, labels) -> list[np.ndarray]:
 
 
 @pytest.mark.core
-@pytest.mark.parametrize(
-    "example, spec",
-    [("hea_classifier", "examples.hea_classifier:classifier"), ("regression", "examples.regression:regressor")],
-)
+@pytest.mark.parametrize("example, spec", EXAMPLES)
 def test_the_examples_get_the_block_gradient_and_it_matches_tfqs_adjoint(example, spec, tmp_path):
     importlib.import_module(f"examples.{example}").make_data(str(tmp_path))
     table = pq.read_table(tmp_path).slice(0, BATCH)
@@ -58,6 +56,33 @@ def test_the_examples_get_the_block_gradient_and_it_matches_tfqs_adjoint(example
     tfqs.set_weights(block.get_weights())
     for ours, theirs in zip(loss_gradients(block, circuits, labels), loss_gradients(tfqs, circuits, labels)):
         np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def trained_losses(spec: str, circuits, labels) -> list[float]:
+    """Two epochs of the model the contract builds (seeded), on `circuits` and `labels`."""
+    model, _ = built(spec, "auto")
+    history = model.fit(circuits, labels, epochs=2, batch_size=4, shuffle=False, verbose=0)
+    return history.history["loss"]
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("example, spec", EXAMPLES)
+def test_tfqs_code_runs_unconverted_and_trains_as_converted(example, spec, tmp_path, monkeypatch):
+    """TFQ's functions are left to run as written (qml_ray.tfq_autograph); converted by autograph, as
+    TensorFlow would without that rule, the same model trains to the same losses."""
+    from tensorflow.python.autograph.core import config as autograph
+    from tensorflow.python.autograph.impl import conversion
+
+    assert conversion.is_allowlisted(tfq.layers.Expectation.call) and conversion.is_allowlisted(tfq.layers.PQC.call)
+    importlib.import_module(f"examples.{example}").make_data(str(tmp_path))
+    table = pq.read_table(tmp_path).slice(0, 8)
+    circuits = tf.constant(table.column("circuit").to_pylist())
+    labels = np.stack(table.column("label").to_numpy(zero_copy_only=False)).reshape(8, -1).astype(np.float32)
+    unconverted = trained_losses(spec, circuits, labels)
+    rules = [rule for rule in autograph.CONVERSION_RULES if not rule.matches("tensorflow_quantum")]
+    monkeypatch.setattr(autograph, "CONVERSION_RULES", tuple(rules))
+    assert not conversion.is_allowlisted(tfq.layers.Expectation.call)
+    np.testing.assert_allclose(unconverted, trained_losses(spec, circuits, labels), rtol=1e-6)
 
 
 def two_layers():
