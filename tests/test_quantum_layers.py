@@ -42,13 +42,18 @@ def loss_gradients(model, circuits, labels) -> list[np.ndarray]:
     return [gradient.numpy() for gradient in tape.gradient(loss, model.trainable_variables)]
 
 
+def example_rows(example: str, folder, rows: int) -> tuple:
+    """The first `rows` circuits and labels of the example's data set, written to `folder`."""
+    importlib.import_module(f"examples.{example}").make_data(str(folder))
+    table = pq.read_table(folder).slice(0, rows)
+    labels = np.stack(table.column("label").to_numpy(zero_copy_only=False)).reshape(rows, -1)
+    return tf.constant(table.column("circuit").to_pylist()), tf.constant(labels, tf.float32)
+
+
 @pytest.mark.core
 @pytest.mark.parametrize("example, spec", EXAMPLES)
 def test_the_examples_get_the_block_gradient_and_it_matches_tfqs_adjoint(example, spec, tmp_path):
-    importlib.import_module(f"examples.{example}").make_data(str(tmp_path))
-    table = pq.read_table(tmp_path).slice(0, BATCH)
-    circuits = tf.constant(table.column("circuit").to_pylist())
-    labels = tf.constant(np.stack(table.column("label").to_numpy(zero_copy_only=False)).reshape(BATCH, -1), tf.float32)
+    circuits, labels = example_rows(example, tmp_path, BATCH)
     block, [gradient] = built(spec, "auto")
     assert (gradient.kind, gradient.gradient, gradient.warning) == ("PQC", "BlockAdjoint", False)
     tfqs, [kept] = built(spec, "tfq")
@@ -74,10 +79,7 @@ def test_tfqs_code_runs_unconverted_and_trains_as_converted(example, spec, tmp_p
     from tensorflow.python.autograph.impl import conversion
 
     assert conversion.is_allowlisted(tfq.layers.Expectation.call) and conversion.is_allowlisted(tfq.layers.PQC.call)
-    importlib.import_module(f"examples.{example}").make_data(str(tmp_path))
-    table = pq.read_table(tmp_path).slice(0, 8)
-    circuits = tf.constant(table.column("circuit").to_pylist())
-    labels = np.stack(table.column("label").to_numpy(zero_copy_only=False)).reshape(8, -1).astype(np.float32)
+    circuits, labels = example_rows(example, tmp_path, 8)
     unconverted = trained_losses(spec, circuits, labels)
     rules = [rule for rule in autograph.CONVERSION_RULES if not rule.matches("tensorflow_quantum")]
     monkeypatch.setattr(autograph, "CONVERSION_RULES", tuple(rules))
