@@ -56,6 +56,7 @@ Circuit circuit_from(nb::handle t) {
   c.start_phases = field<cdouble>(t, "start_phases");
   const std::vector<bool> linked = field<bool>(t, "start_linked");
   c.start_linked.assign(linked.begin(), linked.end());
+  c.start_table_bits = field<int64_t>(t, "start_table_bits");
   c.start_table = field<float>(t, "start_table");
   c.form = static_cast<Form>(nb::cast<int>(t.attr("form")));
   c.prefetch = nb::cast<bool>(t.attr("prefetch"));

@@ -87,16 +87,22 @@ void release_state(void* buffer) noexcept {
 
 namespace {
 
-// What the start gives the chunk at `base` (its bits above `low` fixed): one constant for all its
-// amplitudes, and for each linked bit below `low` the two values its setting contributes (its qubit's
-// amplitudes times the diagonal factors linking it to a bit above).
+// What the start gives the chunk at `base` (its bits above `low` fixed): its table (by the setting of the
+// table bits), one constant for all its amplitudes, and for each linked bit below `low` the two values its
+// setting contributes (its qubit's amplitudes times the diagonal factors linking it to a bit above).
 struct ChunkFactors {
+  index_t table = 0;
   cdouble scale = 1.0;
   cdouble per_bit[2 * kStartBits];  // [low, 2]
 };
 
 ChunkFactors chunk_factors(const Circuit& c, index_t base, int low) {
   ChunkFactors out;
+  index_t in_tables = 0;  // the table bits, a mask
+  for (size_t k = 0; k < c.start_table_bits.size(); ++k) {
+    out.table |= ((base >> c.start_table_bits[k]) & 1) << k;
+    in_tables |= index_t(1) << c.start_table_bits[k];
+  }
   std::copy(c.start_amplitudes.begin(), c.start_amplitudes.begin() + 2 * low, out.per_bit);
   for (int b = low; b < c.qubits; ++b) out.scale *= c.start_amplitudes[2 * b + ((base >> b) & 1)];
   const size_t phases = c.start_phases.size() / 4;
@@ -106,10 +112,10 @@ ChunkFactors chunk_factors(const Circuit& c, index_t base, int low) {
     const int x_hi = (base >> hi) & 1, x_lo = (base >> lo) & 1;
     if (hi >= low && lo >= low) {
       out.scale *= phase[2 * x_hi + x_lo];
-    } else if (hi >= low) {
+    } else if (hi >= low && !((in_tables >> hi) & 1)) {
       out.per_bit[2 * lo] *= phase[2 * x_hi];
       out.per_bit[2 * lo + 1] *= phase[2 * x_hi + 1];
-    } else if (lo >= low) {
+    } else if (lo >= low && !((in_tables >> lo) & 1)) {
       out.per_bit[2 * hi] *= phase[x_lo];
       out.per_bit[2 * hi + 1] *= phase[2 + x_lo];
     }
@@ -165,10 +171,10 @@ void scale_by_linked_bits(float* re, float* im, int width, const Circuit& c, con
 void write_start_range(Planes psi, const Circuit& c, index_t first, index_t last) {
   const int low = static_cast<int>(c.start_linked.size());
   const index_t width = index_t(1) << low;
-  const float* table_re = c.start_table.data();
-  const float* table_im = table_re + width;
   for (index_t base = first; base < last; base += width) {
     const ChunkFactors factors = chunk_factors(c, base, low);
+    const float* table_re = c.start_table.data() + 2 * width * factors.table;
+    const float* table_im = table_re + width;
     float* __restrict re = psi.re + base;
     float* __restrict im = psi.im + base;
     const float sr = static_cast<float>(factors.scale.real()), si = static_cast<float>(factors.scale.imag());

@@ -802,19 +802,21 @@ def random_start(rng, register) -> tuple[cirq.Circuit, cirq.Circuit]:
     return product + diagonals[: len(register)] + symbolic + diagonals[len(register) :], cirq.Circuit(symbolic)
 
 
-@pytest.mark.parametrize(("qubits", "tile_bits"), [(3, None), (12, None), (14, 12)])
+@pytest.mark.parametrize(("qubits", "tile_bits"), [(3, None), (12, None), (14, 12), (16, None)])
 def test_the_start_is_written_as_a_state(tiles, qubits, tile_bits):
     """The constant one-qubit gates at a circuit's start and the constant diagonal gates after them are no
     blocks but the state the first block starts from; with any gates after (from a rx with a symbol on every
     qubit, which ends every qubit's start), expectations and gradients still equal cirq's (3 qubits: padded to
     the kernel's 5; 12: the start written in chunks, with diagonal gates linking bits inside and outside a
-    chunk; 14 in tiles of 2^12: written by the first segment tile by tile, each tile two runs of 2^11)."""
+    chunk, a table for each setting of the bits above; 14 in tiles of 2^12: written by the first segment tile
+    by tile, each tile two runs of 2^11; 16: more bits above linked than the tables take, the rest of the
+    links multiplied in bit by bit)."""
     if tile_bits:
         tiles(tile_bits)
     rng = np.random.default_rng(qubits)
     register = cirq.GridQubit.rect(1, qubits)
     names = tuple(str(x) for x in SYMBOLS)
-    circuits = []
+    circuits, beyond_tables = [], []
     for _ in range(3):
         start, left_in = random_start(rng, register)
         after = cirq.Circuit(cirq.rx(SYMBOLS[1])(q) for q in register)
@@ -825,6 +827,9 @@ def test_the_start_is_written_as_a_state(tiles, qubits, tile_bits):
         full, without = (plan(tfq.convert_to_tensor([c]).numpy()[0], names) for c in (start + after, left_in + after))
         assert len(full.circuit.block_qubits) == len(without.circuit.block_qubits)
         assert not tile_bits or bits_of(full.circuit.windows[0]) == {11, 12}  # the first segment's window
+        assert (len(full.circuit.start_table_bits) > 0) == (qubits > 10)  # links to bits above in the tables
+        beyond_tables.append(full.circuit.start_linked.any())  # links multiplied in bit by bit
+    assert any(beyond_tables) == (qubits == 16)
     values = rng.uniform(-1.5, 1.5, size=(3, len(SYMBOLS)))
     readouts = [random_readouts(rng, register) for _ in circuits]
     check(circuits, SYMBOLS, values, readouts, rng.uniform(-1, 1, size=(3, 3)), tfq_tolerance=1e-3)

@@ -41,7 +41,10 @@ class Circuit(NamedTuple):
     start_phase_bits: np.ndarray  # [phases, 2] int64: the bits (hi, lo) of the start's two-qubit diagonals
     start_phases: np.ndarray  # [phases, 4] complex128: its diagonal, indexed 2 * bit(hi) + bit(lo)
     start_linked: np.ndarray  # [low] bool: bits below low = min(kernel.START_BITS, qubits) in a phase with one above
-    start_table: np.ndarray  # [2, 2^low] float32: the start on the bits below low, but for the linked bits' amplitudes
+    # (not one of the table bits)
+    start_table_bits: np.ndarray  # [table bits] int64: bits above low whose setting picks a chunk's table
+    start_table: np.ndarray  # [2^table bits, 2, 2^low] float32: the start on the bits below low (but the linked
+    # bits' amplitudes), with its diagonals on them and the table bits, for each setting of the table bits
     form: int  # a block's pass in the kernel's form 0 (four real multiply-adds a complex product) or 1 (three)
     prefetch: bool  # whether a segment fetches its next tile into the cache while its blocks work on one
     huge_pages: bool  # whether its states (from 2 MiB) ask for transparent huge pages

@@ -44,10 +44,17 @@ def split(factors: list[Factor], qubits: int) -> tuple[list[Factor], list[Factor
     return start, rest
 
 
+# At most this many bits above low choose the start's table for a chunk: 2^4 tables of 2^10 amplitudes, 128 KiB.
+TABLE_BITS = 4
+
+
 def arrays(start: list[Factor], bit: list[int]) -> dict:
     """The start as the Circuit's start_* arrays, qubit q on bit bit[q]. The kernel writes the state in chunks
-    of 2^low amplitudes, each the same table over the bits below low times what the bits above give: a
-    constant, and for each linked bit (in a diagonal factor with a bit above) two values."""
+    of 2^low amplitudes, each a table over the bits below low times what the bits above give: a constant, and
+    for each linked bit (in a diagonal factor with a bit above) two values. The diagonal factors that link a
+    bit below low to one of the first TABLE_BITS bits above (`start_table_bits`) are in the tables instead, one
+    table for each setting of those bits, so a chunk costs one complex product an amplitude (the QCNN's ring of
+    CZs links 2-3 bits below low to 2-3 bits above)."""
     amplitudes = np.zeros((len(bit), 2), np.complex128)
     amplitudes[:, 0] = 1
     phase_bits, phases = [], []
@@ -59,23 +66,30 @@ def arrays(start: list[Factor], bit: list[int]) -> dict:
             phase_bits.append([bit[q] for q in factor.qubits])
             phases.append(np.diag(_matrix(factor)))
     low = min(kernel.START_BITS, len(bit))
+    crossing = [pair for pair in phase_bits if min(pair) < low <= max(pair)]
+    table_bits = sorted({max(pair) for pair in crossing})[:TABLE_BITS]
     linked = np.zeros(low, np.bool_)
-    for pair in phase_bits:
-        if min(pair) < low <= max(pair):
-            linked[min(pair)] = True
+    for pair in crossing:
+        linked[min(pair)] |= max(pair) not in table_bits
     j = np.arange(1 << low)
-    table = np.ones(1 << low, np.complex128)
-    for b in np.flatnonzero(~linked):
-        table *= amplitudes[b, (j >> b) & 1]
-    for (hi, lo), diagonal in zip(phase_bits, phases):
-        if max(hi, lo) < low:
-            table *= diagonal[2 * ((j >> hi) & 1) + ((j >> lo) & 1)]
+    tables = []
+    for setting in range(1 << len(table_bits)):
+        value = {b: (setting >> k) & 1 for k, b in enumerate(table_bits)}  # the table's bits above low
+        value.update((b, (j >> b) & 1) for b in range(low))
+        table = np.ones(1 << low, np.complex128)
+        for b in np.flatnonzero(~linked):
+            table *= amplitudes[b, value[b]]
+        for (hi, lo), diagonal in zip(phase_bits, phases):
+            if min(hi, lo) < low and hi in value and lo in value:  # (the scale has those of two bits above)
+                table *= diagonal[2 * value[hi] + value[lo]]
+        tables.append(np.stack([table.real, table.imag]))
     return {
         "start_amplitudes": amplitudes,
         "start_phase_bits": np.array(phase_bits, np.int64).reshape(-1, 2),
         "start_phases": np.array(phases, np.complex128).reshape(-1, 4),
         "start_linked": linked,
-        "start_table": np.stack([table.real, table.imag]).astype(np.float32),
+        "start_table_bits": np.array(table_bits, np.int64),
+        "start_table": np.array(tables, np.float32),
     }
 
 
