@@ -103,9 +103,9 @@ class Config(pydantic.BaseModel):
     )
     kernel_plan: str = _key(
         "",
-        "fixes the block kernel's choices on every worker, any of: a SIMD path (avx512, avx2, portable), form=4|3, "
-        "tiles=15..18, prefetch=on|off, huge_pages=on|off (e.g. `avx2 tiles=17`); each worker measures the rest "
-        "for each circuit shape (docs/kernel-notes.md#the-planner); empty: all measured",
+        "fixes the block kernel's choices on every worker, any of: a SIMD path (avx512, avx2, portable), "
+        "form=4|3, tiles=15..18, parked=4|5, prefetch=on|off, huge_pages=on|off (`avx2 tiles=17` fixes two); each "
+        "worker measures the rest per circuit shape (docs/kernel-notes.md#the-planner); empty: all measured",
     )
     plan_seconds: Number = _key(
         choices.DEFAULT_SECONDS,

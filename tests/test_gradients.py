@@ -131,10 +131,12 @@ def check(circuits, symbols, values, readouts, upstream, tfq_tolerance=1e-4, thr
 
 def choice_variants(path: str) -> list[Choice]:
     """The planner's choices on `path` that take other code in the kernel, each field's other value in one:
-    the default (the tiles the test set), and the three-multiplication form with the next tile fetched ahead
-    and small pages. (Other tiles only cut other segments, which the tests of tiles cover.)"""
+    the default (the tiles the test set), and the three-multiplication form with the next tile fetched ahead,
+    small pages and the other number of parked bits. (Other tiles only cut other segments, which the tests of
+    tiles cover.)"""
     default = choices.default()._replace(path=path)
-    return [default, default._replace(form=3, prefetch=True, huge_pages=False)]
+    other_parked = next(p for p in choices.PARKS if p != default.parked)
+    return [default, default._replace(form=3, prefetch=True, huge_pages=False, parked=other_parked)]
 
 
 @contextlib.contextmanager
@@ -367,12 +369,13 @@ def test_the_differentiators_of_a_process_share_its_memory(monkeypatch):
 
 @pytest.fixture
 def tiles(monkeypatch):
-    """tiles(bits): plans made with tiles of 2^bits amplitudes from then to the test's end (the plan cache
-    cleared then, and again after the test)."""
+    """tiles(bits, parked): plans made with tiles of 2^bits amplitudes (and `parked` parked bits) from then to
+    the test's end (the plan cache cleared then, and again after the test)."""
     plans = importlib.import_module("qml_ray.gradients.plan")
 
-    def planned_in_tiles_of(bits: int) -> None:
+    def planned_in_tiles_of(bits: int, parked: int = choices.DEFAULT_PARKED) -> None:
         monkeypatch.setattr(choices, "DEFAULT_TILE_BITS", bits)
+        monkeypatch.setattr(choices, "DEFAULT_PARKED", parked)
         plans._plan.cache_clear()
         planner.planner.cache_clear()  # its choices made with other tiles
 
@@ -486,11 +489,12 @@ def relabellings_in_tiles(circuit) -> list[bool]:
     return found
 
 
-def test_relabellings_tile_by_tile(tiles_of_10_bits):
-    """Brickwork on 12 of 14 qubits in tiles of 2^10 amplitudes: relabellings that leave their segment's window
-    alone are done tile by tile (before the segment's blocks on each tile, and after them in the backward
-    sweep), another as a pass of its own; the values still equal cirq's, central differences and TFQ's, on
-    every path and on 1, 2 and 3 threads."""
+def test_relabellings_tile_by_tile(tiles):
+    """Brickwork on 12 of 14 qubits in tiles of 2^10 amplitudes, five bits parked: relabellings that leave their
+    segment's window alone are done tile by tile (before the segment's blocks on each tile, and after them in
+    the backward sweep), another as a pass of its own; the values still equal cirq's, central differences and
+    TFQ's, on every path and on 1, 2 and 3 threads."""
+    tiles(10, parked=5)
     circuits, symbols, values, readouts, upstream = brickwork_batch(14, 12, 6, 2, seed=14)
     assert set(relabellings_in_tiles(plan_of(circuits, symbols, readouts)[0].circuit)) == {False, True}
     check(circuits, symbols, values, readouts, upstream)
@@ -944,9 +948,9 @@ def test_a_masked_block_on_every_bit_position(path_kernel, lo, parts):
 def test_masked_gates_among_segments_and_parked_qubits(tiles):
     """17 qubits in tiles of 2^13 amplitudes: brickwork on 12 (segments, some windows among the high bits)
     with multi-controlled gates between its layers, controlled by active qubits (high bits) and idle ones (parked
-    on the low bits), of values 0 and 1, targets on both sides of their controls; the values equal cirq's,
+    on the five low bits), of values 0 and 1, targets on both sides of their controls; the values equal cirq's,
     central differences and TFQ's, on every path and on 1, 2 and 3 threads."""
-    tiles(13)
+    tiles(13, parked=5)
     qubits = 17
     circuits, symbols, values, readouts, upstream = brickwork_batch(qubits, 12, 4, 2, seed=17)
     register = cirq.LineQubit.range(qubits)
@@ -958,11 +962,12 @@ def test_masked_gates_among_segments_and_parked_qubits(tiles):
         cirq.rx(a)(register[11]).controlled_by(register[0], register[12], control_values=[0, 0]),
     ]
     circuits = [cirq.Circuit(c[: len(c) // 2], masked, c[len(c) // 2 :]) for c in circuits]
-    circuit = plan_of(circuits, symbols, readouts)[0].circuit
+    planned = plan_of(circuits, symbols, readouts)[0]
+    circuit = planned.circuit
     masks = [int(m) for m in circuit.block_mask if m]
     assert len(masks) == 4 and len(segments_of(circuit)) >= 2
     assert any(m >> circuit.tile_bits for m in masks)  # controls on the high bits ...
-    assert any(m & ((1 << kernel.PARKED_BITS) - 1) for m in masks)  # ... and on the parked ones
+    assert any(m & ((1 << planned.choice.parked) - 1) for m in masks)  # ... and on the parked ones
     check(circuits, symbols, values, readouts, upstream)
 
 

@@ -40,7 +40,7 @@ def test_each_field_is_measured_and_the_fastest_kept(qcnn, tmp_path):
     first = planner.Planner({}, 60, cache)
     chosen = first.choice(program, names, sums, 1)
     record = json.loads(cache.read_text())["shapes"][str(shape)]
-    assert set(record["tried"]) == {"form", "path", "tile_bits", "prefetch", "huge_pages"}
+    assert set(record["tried"]) == {"form", "path", "parked", "tile_bits", "prefetch", "huge_pages"}
     assert record["best"] == str(chosen) and record["seconds"][str(chosen)] <= min(record["seconds"].values()) / 0.97
     assert len(record["seconds"]) >= 1 + 1 + (len(kernel.supported_paths()) - 1) + 3 + 1 + 1
     [line] = first.said()
@@ -57,7 +57,7 @@ def test_a_budget_of_none_measures_nothing_and_fixes_are_kept(qcnn, tmp_path):
     found = planner.Planner(fixes, 0, tmp_path / "plans.json").choice(program, names, sums, 2)
     assert (found.form, found.tile_bits, found.prefetch, found.path) == (3, 17, True, kernel.PATH)
     fields = [field for field, _ in planner.field_trials(planner.Shape(QUBITS, 30, 1), fixes)]
-    assert fields == ["path", "huge_pages"][len(kernel.supported_paths()) == 1 :]
+    assert fields == ["path", "parked", "huge_pages"][len(kernel.supported_paths()) == 1 :]
     assert not (tmp_path / "plans.json").exists()
 
 
@@ -92,8 +92,8 @@ def test_a_damaged_or_foreign_cache_is_ignored_with_one_warning(qcnn, tmp_path, 
 def test_fixes_are_read_or_refused_in_one_line():
     """The words of kernel_plan in any order; a word it cannot read is one UsageError line saying what it takes,
     from the config as from the environment."""
-    fixes = choices.fixed("tiles=18, avx2 huge_pages=off", "kernel_plan")
-    assert choices.with_fixes(choices.default(), fixes)[1:] == (4, 18, False, False) and fixes["path"] == "avx2"
+    fixes = choices.fixed("tiles=18, avx2 huge_pages=off parked=5", "kernel_plan")
+    assert choices.with_fixes(choices.default(), fixes)[1:] == (4, 18, 5, False, False) and fixes["path"] == "avx2"
     with pytest.raises(UsageError, match=r"^kernel_plan: cannot read tiles=19 \(it takes path=avx512\|avx2\|portable;"):
         Config(kernel_plan="tiles=19")
     with pytest.raises(UsageError, match="cannot read fast=\\?"):

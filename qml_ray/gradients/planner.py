@@ -231,8 +231,11 @@ def read_records(path: Path) -> tuple[dict[str, Record], str | None]:
 
 def field_trials(shape: Shape, fixes: dict) -> list[tuple[str, tuple]]:
     """The fields to measure for `shape`, each with its values, but those fixed or of no effect at its size:
-    tiles and prefetch only where a state holds several of the smallest tiles, huge pages from 2 MiB."""
+    parked bits from 12 qubits, tiles and prefetch only where a state holds several of the smallest tiles, huge
+    pages from 2 MiB."""
     fields = [("form", choices.FORMS), ("path", tuple(kernel.supported_paths()))]
+    if shape.qubits // 2 - 1 > min(choices.PARKS):  # placement parks at most qubits // 2 - 1
+        fields.append(("parked", choices.PARKS))
     if shape.qubits > min(choices.TILES):
         fields += [("tile_bits", tuple(t for t in choices.TILES if t < shape.qubits)), ("prefetch", (False, True))]
     if shape.qubits >= HUGE_PAGE_QUBITS:
@@ -291,7 +294,7 @@ def size(program: bytes, names: tuple) -> tuple[int, int]:
 def _read_choice(text: str) -> Choice:
     """A choice as `str(choice)` wrote it; a ValueError if any field is missing or unreadable."""
     fixes = choices.fixed(text, "the cache")
-    if set(fixes) != {"path", "form", "tiles", "prefetch", "huge_pages"}:
+    if set(fixes) != {"path", "form", "tiles", "parked", "prefetch", "huge_pages"}:
         raise ValueError(f"a choice lacks fields: {text!r}")
     return choices.with_fixes(choices.default(), fixes)
 

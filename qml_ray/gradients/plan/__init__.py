@@ -96,19 +96,19 @@ _canonical_forms: collections.OrderedDict = collections.OrderedDict()  # digest 
 _canonical_lock = threading.Lock()
 
 
-class _Placed(NamedTuple):
+class _Fused(NamedTuple):
     """A program through the stages that no choice changes."""
 
     index: dict  # serialized qubit id -> its qubit number
     names: dict  # symbol name -> its number
     start_factors: list
     blocks: list
-    placed: placement.Placement
+    qubits: int
 
 
 @functools.lru_cache(maxsize=8192)
-def _placed(program: bytes, symbol_names: tuple) -> _Placed:
-    """The stages up to the placement, the same for every choice."""
+def _fused(program: bytes, symbol_names: tuple) -> _Fused:
+    """The stages up to the fusion, the same for every choice."""
     proto = program_pb2.Program.FromString(program)
     ops = [op for moment in proto.circuit.moments for op in moment.operations]
     index = gates.qubit_index(ops)
@@ -116,20 +116,25 @@ def _placed(program: bytes, symbol_names: tuple) -> _Placed:
     names = _symbol_numbers(factors, symbol_names)
     qubits = max(kernel.MIN_QUBITS, len(index))
     start_factors, rest = start.split(factors, qubits)
-    blocks = fusion.fuse(rest, qubits)
-    return _Placed(index, names, start_factors, blocks, placement.place(blocks, qubits))
+    return _Fused(index, names, start_factors, fusion.fuse(rest, qubits), qubits)
+
+
+@functools.lru_cache(maxsize=8192)
+def _placed(program: bytes, symbol_names: tuple, parked: int) -> placement.Placement:
+    """The fused program's placement with `parked` low bits, the same for every other field of a choice."""
+    fused = _fused(program, symbol_names)
+    return placement.place(fused.blocks, fused.qubits, parked)
 
 
 @functools.lru_cache(maxsize=8192)
 def _plan(program: bytes, symbol_names: tuple, choice: Choice) -> Plan:
     """The segments and arrays of a placed program as `choice` has them, for the kernel on its path."""
-    p = _placed(program, symbol_names)
-    qubits = len(p.placed.first)
-    masked = [bool(b.controls) for b in p.blocks]
-    scheduled = segments.schedule(p.placed.bits, p.placed.relabel, masked, qubits, p.placed.bit_maps, choice.tile_bits)
-    circuit = arrays.circuit(p.blocks, p.placed, scheduled, p.start_factors, p.names, choice)
+    f, placed = _fused(program, symbol_names), _placed(program, symbol_names, choice.parked)
+    masked = [bool(b.controls) for b in f.blocks]
+    scheduled = segments.schedule(placed.bits, placed.relabel, masked, f.qubits, placed.bit_maps, choice.tile_bits)
+    circuit = arrays.circuit(f.blocks, placed, scheduled, f.start_factors, f.names, choice)
     module = kernel.compiled(choice.path)
-    return Plan(circuit, module, module.Circuit(circuit), {q: p.placed.final[i] for q, i in p.index.items()}, choice)
+    return Plan(circuit, module, module.Circuit(circuit), {q: placed.final[i] for q, i in f.index.items()}, choice)
 
 
 def _symbol_numbers(factors: list[gates.Factor], symbol_names: tuple) -> dict[str, int]:

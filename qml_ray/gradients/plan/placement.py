@@ -1,6 +1,6 @@
 """The plan's fourth stage: the qubits placed on bits, so that blocks run on the kernel's fast high bits.
 
-The qubits needed last wait on the low bits (below kernel.PARKED_BITS), and the state is relabelled when a
+The qubits needed last wait on the low bits (below the choice's `parked`), and the state is relabelled when a
 block needs one of them: the qubits needed last then take the low bits, swapping with the ones leaving them
 (Belady's rule: evict what is needed furthest ahead).
 """
@@ -22,10 +22,11 @@ class Placement(NamedTuple):
     final: list[int]  # per qubit: its bit at the circuit's end
 
 
-def place(blocks: list[Block], qubits: int) -> Placement:
+def place(blocks: list[Block], qubits: int, parked: int) -> Placement:
     """The bits of each block's qubits, and the relabellings on the way. The `low` qubits needed last wait on
-    the low bits (controls may stay there); when a block needs one, it is relabelled onto a high bit."""
-    low = max(1, min(kernel.PARKED_BITS, qubits // 2 - 1))
+    the low bits (controls may stay there), `parked` of them, at most kernel.PARKED_BITS and qubits // 2 - 1;
+    when a block needs one, it is relabelled onto a high bit."""
+    low = max(1, min(parked, kernel.PARKED_BITS, qubits // 2 - 1))
     pairs = [block.pair for block in blocks]
     uses = [[b for b, pair in enumerate(pairs) if q in pair] for q in range(qubits)]
 
