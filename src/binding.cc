@@ -8,7 +8,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include "adjoint.h"
 #include "blocks.h"
@@ -34,6 +38,21 @@ std::vector<T> field(nb::handle tuple, const char* name) {
   return std::vector<T>(a.data(), a.data() + a.size());
 }
 
+// The start's tables, one copy for every circuit whose tables are the same (a data set's circuits share their
+// start): up to 128 KiB each, and a worker keeps thousands of plans.
+std::shared_ptr<const std::vector<float>> start_table_of(std::vector<float> table) {
+  static std::mutex lock;
+  static std::map<std::string, std::weak_ptr<const std::vector<float>>> shared;  // by the tables' bytes
+  const std::string key(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(float));
+  std::lock_guard<std::mutex> hold(lock);
+  if (auto found = shared.find(key); found != shared.end())
+    if (auto kept = found->second.lock()) return kept;
+  for (auto it = shared.begin(); it != shared.end();) it = it->second.expired() ? shared.erase(it) : std::next(it);
+  auto made = std::make_shared<const std::vector<float>>(std::move(table));
+  shared[key] = made;
+  return made;
+}
+
 Circuit circuit_from(nb::handle t) {
   Circuit c;
   c.qubits = nb::cast<int>(t.attr("qubits"));
@@ -57,7 +76,7 @@ Circuit circuit_from(nb::handle t) {
   const std::vector<bool> linked = field<bool>(t, "start_linked");
   c.start_linked.assign(linked.begin(), linked.end());
   c.start_table_bits = field<int64_t>(t, "start_table_bits");
-  c.start_table = field<float>(t, "start_table");
+  c.start_table = start_table_of(field<float>(t, "start_table"));
   c.form = static_cast<Form>(nb::cast<int>(t.attr("form")));
   c.prefetch = nb::cast<bool>(t.attr("prefetch"));
   c.huge_pages = nb::cast<bool>(t.attr("huge_pages"));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "matrix.h"
@@ -38,7 +39,7 @@ struct Circuit {
   std::vector<cdouble> start_phases;      // [phases, 4]
   std::vector<uint8_t> start_linked;      // [low]
   std::vector<int64_t> start_table_bits;  // [table bits]
-  std::vector<float> start_table;         // [2^table bits, 2, 2^low]
+  std::shared_ptr<const std::vector<float>> start_table;  // [2^table bits, 2, 2^low], shared (start_table_of)
   Form form = Form::kFourMult;            // how the passes multiply a block's matrix in (plan.Circuit's form)
   bool prefetch = false;                  // whether a segment fetches its next tile while on one (TileAhead)
   bool huge_pages = true;                 // whether its states (from 2 MiB) ask for transparent huge pages

@@ -173,7 +173,7 @@ void write_start_range(Planes psi, const Circuit& c, index_t first, index_t last
   const index_t width = index_t(1) << low;
   for (index_t base = first; base < last; base += width) {
     const ChunkFactors factors = chunk_factors(c, base, low);
-    const float* table_re = c.start_table.data() + 2 * width * factors.table;
+    const float* table_re = c.start_table->data() + 2 * width * factors.table;
     const float* table_im = table_re + width;
     float* __restrict re = psi.re + base;
     float* __restrict im = psi.im + base;

@@ -5,6 +5,8 @@ encoding's Hadamards and CZs, say). The kernel writes that state directly instea
 gate; the factors after the start go on to `fusion`.
 """
 
+import functools
+
 import numpy as np
 
 from qml_ray import kernel
@@ -67,30 +69,44 @@ def arrays(start: list[Factor], bit: list[int]) -> dict:
             phases.append(np.diag(_matrix(factor)))
     low = min(kernel.START_BITS, len(bit))
     crossing = [pair for pair in phase_bits if min(pair) < low <= max(pair)]
-    table_bits = sorted({max(pair) for pair in crossing})[:TABLE_BITS]
+    table_bits = tuple(sorted({max(pair) for pair in crossing})[:TABLE_BITS])
     linked = np.zeros(low, np.bool_)
     for pair in crossing:
         linked[min(pair)] |= max(pair) not in table_bits
+    phases = np.array(phases, np.complex128).reshape(-1, 4)
+    pairs = tuple(tuple(pair) for pair in phase_bits)
+    return {
+        "start_amplitudes": amplitudes,
+        "start_phase_bits": np.array(phase_bits, np.int64).reshape(-1, 2),
+        "start_phases": phases,
+        "start_linked": linked,
+        "start_table_bits": np.array(table_bits, np.int64),
+        "start_table": _tables(low, table_bits, linked.tobytes(), amplitudes.tobytes(), pairs, phases.tobytes()),
+    }
+
+
+@functools.lru_cache(maxsize=64)
+def _tables(low: int, table_bits: tuple, linked: bytes, amplitudes: bytes, pairs: tuple, phases: bytes) -> np.ndarray:
+    """The start's tables (`arrays`), one array for every plan of the same start: a data set's circuits share
+    theirs, and a worker keeps thousands of plans."""
+    linked_bits = np.frombuffer(linked, np.bool_)
+    amplitudes_of = np.frombuffer(amplitudes, np.complex128).reshape(-1, 2)
+    diagonals = np.frombuffer(phases, np.complex128).reshape(-1, 4)
     j = np.arange(1 << low)
     tables = []
     for setting in range(1 << len(table_bits)):
         value = {b: (setting >> k) & 1 for k, b in enumerate(table_bits)}  # the table's bits above low
         value.update((b, (j >> b) & 1) for b in range(low))
         table = np.ones(1 << low, np.complex128)
-        for b in np.flatnonzero(~linked):
-            table *= amplitudes[b, value[b]]
-        for (hi, lo), diagonal in zip(phase_bits, phases):
+        for b in np.flatnonzero(~linked_bits):
+            table *= amplitudes_of[b, value[b]]
+        for (hi, lo), diagonal in zip(pairs, diagonals):
             if min(hi, lo) < low and hi in value and lo in value:  # (the scale has those of two bits above)
                 table *= diagonal[2 * value[hi] + value[lo]]
         tables.append(np.stack([table.real, table.imag]))
-    return {
-        "start_amplitudes": amplitudes,
-        "start_phase_bits": np.array(phase_bits, np.int64).reshape(-1, 2),
-        "start_phases": np.array(phases, np.complex128).reshape(-1, 4),
-        "start_linked": linked,
-        "start_table_bits": np.array(table_bits, np.int64),
-        "start_table": np.array(tables, np.float32),
-    }
+    made = np.array(tables, np.float32)
+    made.flags.writeable = False
+    return made
 
 
 def _matrix(factor: Factor) -> np.ndarray:
