@@ -26,7 +26,7 @@ import pydantic
 from qml_ray import choices, kernel
 from qml_ray.choices import Choice
 from qml_ray.errors import UsageError
-from qml_ray.gradients.plan import canonical_plan
+from qml_ray.gradients.plan import canonical_plan, placement
 
 BETTER = 0.97  # a choice replaces the best so far only when at least 3% faster (the rest is the machine's noise)
 HUGE_PAGE_QUBITS = 18  # states of 2 MiB (2^18 complex64 amplitudes) and more ask for huge pages
@@ -234,7 +234,7 @@ def field_trials(shape: Shape, fixes: dict) -> list[tuple[str, tuple]]:
     parked bits from 12 qubits, tiles and prefetch only where a state holds several of the smallest tiles, huge
     pages from 2 MiB."""
     fields = [("form", choices.FORMS), ("path", tuple(kernel.supported_paths()))]
-    if shape.qubits // 2 - 1 > min(choices.PARKS):  # placement parks at most qubits // 2 - 1
+    if len({placement.parked_bits(shape.qubits, parked) for parked in choices.PARKS}) > 1:
         fields.append(("parked", choices.PARKS))
     if shape.qubits > min(choices.TILES):
         fields += [("tile_bits", tuple(t for t in choices.TILES if t < shape.qubits)), ("prefetch", (False, True))]

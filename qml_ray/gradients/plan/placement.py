@@ -22,11 +22,17 @@ class Placement(NamedTuple):
     final: list[int]  # per qubit: its bit at the circuit's end
 
 
+def parked_bits(qubits: int, parked: int) -> int:
+    """How many low bits a circuit of `qubits` qubits parks when a choice asks for `parked`: at most
+    kernel.PARKED_BITS and qubits // 2 - 1, at least one."""
+    return max(1, min(parked, kernel.PARKED_BITS, qubits // 2 - 1))
+
+
 def place(blocks: list[Block], qubits: int, parked: int) -> Placement:
     """The bits of each block's qubits, and the relabellings on the way. The `low` qubits needed last wait on
-    the low bits (controls may stay there), `parked` of them, at most kernel.PARKED_BITS and qubits // 2 - 1;
-    when a block needs one, it is relabelled onto a high bit."""
-    low = max(1, min(parked, kernel.PARKED_BITS, qubits // 2 - 1))
+    the low bits (controls may stay there), `parked_bits` of them; when a block needs one, it is relabelled onto
+    a high bit."""
+    low = parked_bits(qubits, parked)
     pairs = [block.pair for block in blocks]
     uses = [[b for b, pair in enumerate(pairs) if q in pair] for q in range(qubits)]
 
