@@ -3,6 +3,7 @@ nothing written or changed anywhere (the whole temporary tree is compared before
 
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from qml_ray import config as config_lib, storage
-from qml_ray.errors import ENVIRONMENT_STATUS, MAX_LINE, USAGE_STATUS, ModelError, one_line
+from qml_ray.errors import ENVIRONMENT_STATUS, MAX_LINE, USAGE_STATUS, ModelError, UsageError, one_line
 
 from conftest import CPUS, SMOKE, command_env, free_port, run_command
 
@@ -571,38 +572,55 @@ def test_error_text_is_one_bounded_line():
     assert len(long) == MAX_LINE and long.endswith("...")
 
 
-@pytest.mark.slow  # a training's workers started
 @pytest.mark.parametrize(
     "model, data, message",
     [
         ("mymodels:not_a_model", "labelled", "the model function mymodels:not_a_model returned int, not a tf.keras"),
         ("mymodels:tiny", "wide-labels", "the data's labels hold 3 value(s) per circuit"),
         ("mymodels:controlled", "labelled", "model input 'command' has no column of its name"),
-        ("mymodels:wide", "commanded", "a training worker's state vectors (34 qubits, 1 thread(s)) need"),
-        (
-            "mymodels:tiny --callbacks mymodels:failing_callbacks",
-            "labelled",
-            "the callbacks function mymodels:failing_callbacks failed: ValueError: no such dashboard",
-        ),
     ],
 )
-def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_ray, model, data, message):
+def test_what_only_a_worker_finds_wrong_with_a_model(tree, monkeypatch, model, data, message):
+    """The checks a training worker makes as it builds its replica and feeds it (worker.build_replica,
+    worker.model_feed), run here on the job the command hands it. How a worker's finding ends the
+    command is the test below's (and test_quantum_layers' block gradient on a model that cannot take it);
+    a model too large for the cluster's nodes is test_quantum_layers' memory check's."""
+    import tensorflow as tf
+
+    from qml_ray import datasets, worker
+
+    monkeypatch.syspath_prepend(str(tree["work"]))
+    monkeypatch.setattr("sys.dont_write_bytecode", True)
+    source = datasets.describe(str(tree["data"] / f"{data}.parquet"))
+    config = config_lib.load(SMOKE).replace(model=model)
+    job = worker.Job(config, str(tree["tmp"] / "runs"), {}, source.label_width, in_memory=True, columns=source.columns)
+    try:
+        with pytest.raises(UsageError) as found:
+            worker.model_feed(job, worker.build_replica(job, tf.distribute.get_strategy(), rank=1))
+    finally:
+        sys.modules.pop("mymodels", None)  # this test's folder's: another test's is another
+    assert message in one_line(found.value)
+
+
+@pytest.mark.slow  # a training's workers started
+def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_ray):
     """What the driver cannot see without importing the model (and TensorFlow), or calling the user's
-    callbacks function: the workers report it, the command ends in one line, and the run it started is
-    removed."""
+    callbacks function (here: one that fails, as rank 0 calls it once its data is ready): the worker tells
+    the command, which ends in one line, and the run it started is removed."""
     (tree["tmp"] / "runs").mkdir()
     before = snapshot(tree["tmp"])
-    data = tree["data"] / f"{data}.parquet"
+    data = tree["data"] / "labelled.parquet"
     options = ("--workers", 1, "--epochs", 1, "--storage", tree["tmp"] / "runs", "--name", "wrong")
     options += ("--address", shared_ray)
     done = run_command(
         "train",
-        *("--model", *model.split(), "--data", data, "--validation-data", data, *options),
+        *("--model", "mymodels:tiny", "--callbacks", "mymodels:failing_callbacks"),
+        *("--data", data, "--validation-data", data, *options),
         timeout=300,
         env=command_env(PYTHONDONTWRITEBYTECODE="1"),
         cwd=tree["work"],
     )
-    assert_usage_error(done, message)
+    assert_usage_error(done, "the callbacks function mymodels:failing_callbacks failed: ValueError: no such dashboard")
     after = snapshot(tree["tmp"])
     del before[tree["tmp"] / "runs"], after[tree["tmp"] / "runs"]  # its time: a run folder came and went
     assert after == before and not list((tree["tmp"] / "runs").iterdir())
