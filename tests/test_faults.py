@@ -174,10 +174,11 @@ def test_ctrl_c_stops_inference_at_once_leaving_no_predictions(run_copy, tmp_pat
     assert contents(run_copy) == before and not (run_copy / storage.PREDICTIONS).exists()
 
 
-def test_a_second_ctrl_c_exits_at_once(tmp_path):
+def test_a_second_ctrl_c_exits_at_once(tmp_path, shared_ray):
     """Two Ctrl-Cs while the command waits for the cluster to grow (its exit handlers would withdraw
-    its request to the autoscaler and stop its local Ray)."""
+    its request to the autoscaler; the cluster has none to act on it)."""
     options = ("--workers", 64, "--capacity-timeout", 300, "--storage", tmp_path, "--name", "r")
+    options += ("--address", shared_ray)
     command = Command("train", "--config", SMOKE, *options)
     assert "waiting for the cluster to grow" in command.process.stdout.readline()
     command.signal(signal.SIGINT)
