@@ -63,9 +63,9 @@ TUTORIAL = ROOT / "configs" / "tutorial.yaml"  # the README's main command
 WITHOUT_RAY = {"bench", "callbacks", "cli", "cluster", "config", "data", "docs", "gcs_errors", "gradients"}
 WITHOUT_RAY |= {"features", "kernel_paths", "model", "planner", "pythons", "ray_internals", "runs", "tf_data"}
 # The modules of the clusters of their own: the multi-node cluster, the autoscaling one, the runtimes
-# benchmark's local Rays and the README's commands' (end_to_end). Their tests run on one worker, one after another, while the tests of every
-# other Ray module (the shared Ray's, the trained tutorial's) run on the other: two lanes of Ray tests,
-# each keeping its own session fixtures.
+# benchmark's local Rays and the README's commands' (end_to_end). Their tests run on one worker, one after
+# another, while the tests of every other Ray module (the shared Ray's, the trained tutorial's) run on the
+# other: two lanes of Ray tests, each keeping its own session fixtures.
 ON_CLUSTERS = {"autoscaler", "bench_runtimes", "end_to_end", "multinode", "preemption"}
 RAY_FIXTURES = {"shared_ray", "shared_cluster", "cluster", "multi_node_cluster", "trained_run", "run_copy"}
 CLUSTER_FIXTURES = {"cluster", "multi_node_cluster", "autoscaling_cluster"}

@@ -603,10 +603,11 @@ def test_what_only_a_worker_finds_wrong_with_a_model(tree, monkeypatch, model, d
 
 
 @pytest.mark.slow  # a training's workers started
-def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_ray):
+def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_cluster, shared_ray):
     """What the driver cannot see without importing the model (and TensorFlow), or calling the user's
     callbacks function (here: one that fails, as rank 0 calls it once its data is ready): the worker tells
-    the command, which ends in one line, and the run it started is removed."""
+    the command, which ends in one line, and the run it started is removed. Ray Train never starts the
+    workers again meanwhile (a new reservation made as the command's job ends could outlive it)."""
     (tree["tmp"] / "runs").mkdir()
     before = snapshot(tree["tmp"])
     data = tree["data"] / "labelled.parquet"
@@ -624,6 +625,8 @@ def test_a_model_only_the_workers_can_find_wrong_ends_in_one_line(tree, shared_r
     after = snapshot(tree["tmp"])
     del before[tree["tmp"] / "runs"], after[tree["tmp"] / "runs"]  # its time: a run folder came and went
     assert after == before and not list((tree["tmp"] / "runs").iterdir())
+    [run] = [run for run in shared_cluster.train_runs() if run["name"] == "wrong"]
+    assert "ERRORED" not in [attempt["status"] for attempt in run["attempts"]], run["attempts"]
 
 
 def test_a_model_module_that_fails_to_import_is_named_with_its_error(tree, monkeypatch):
