@@ -242,7 +242,9 @@ class TensorBoardLog(tf.keras.callbacks.Callback):
 class RunLogs(tf.keras.callbacks.Callback):
     """Publishing: the run's metrics.csv and TensorBoard folder made to match the history and
     the logs at `logdir` when training starts and after every epoch. So when training resumes
-    from a checkpoint, both are first rewritten to its epochs: every epoch appears once."""
+    from a checkpoint, both are first rewritten to its epochs: every epoch appears once. The logs
+    go first: an epoch in metrics.csv is in the TensorBoard folder too, even if the worker is lost
+    just after."""
 
     def __init__(self, history: MetricsHistory, run: str, logdir: str):
         super().__init__()
@@ -255,8 +257,8 @@ class RunLogs(tf.keras.callbacks.Callback):
         self.publish()
 
     def publish(self) -> None:
-        storage.write_text(storage.join(self.run, storage.HISTORY), history_csv(self.history.rows))
         storage.mirror(self.logdir, storage.join(self.run, storage.TENSORBOARD))
+        storage.write_text(storage.join(self.run, storage.HISTORY), history_csv(self.history.rows))
 
 
 def history_csv(rows: list[dict]) -> str:
