@@ -243,8 +243,8 @@ class RunLogs(tf.keras.callbacks.Callback):
     """Publishing: the run's metrics.csv and TensorBoard folder made to match the history and
     the logs at `logdir` when training starts and after every epoch. So when training resumes
     from a checkpoint, both are first rewritten to its epochs: every epoch appears once. The logs
-    go first: an epoch in metrics.csv is in the TensorBoard folder too, even if the worker is lost
-    just after."""
+    go first: an epoch's row reaches metrics.csv only once its TensorBoard logs are published, so
+    a worker lost just after leaves no row without its logs."""
 
     def __init__(self, history: MetricsHistory, run: str, logdir: str):
         super().__init__()
