@@ -116,7 +116,10 @@ class Predictor:
     """Ray Data callable class: one model per actor, loaded once, applied to every batch."""
 
     def __init__(self, run: str, columns: tuple):
-        self.model = load_trained_model(run)
+        from qml_ray import worker_setup
+
+        with worker_setup.collector_paused():
+            self.model = load_trained_model(run)
         self.qubits = model_qubits(self.model)
         self.feed = features.feed(features.model_inputs(self.model), columns, run)
 

@@ -199,10 +199,11 @@ class ModelReplica:
     function comes pickled by value (contract.pickled), so that a replica needs no import of the user's module."""
 
     def __init__(self, run: str, model_function: bytes, batch_size: int, batch_wait: float):
-        from qml_ray import config as config_lib, contract, infer, replica
+        from qml_ray import config as config_lib, contract, infer, replica, worker_setup
 
-        built = replica.build(config_lib.of_run(run), contract.unpickled(model_function))
-        self.model = infer.with_weights(built, run)
+        with worker_setup.collector_paused():
+            built = replica.build(config_lib.of_run(run), contract.unpickled(model_function))
+            self.model = infer.with_weights(built, run)
         self.qubits = infer.model_qubits(self.model)
         self.inputs = features.model_inputs(self.model)
         self.outputs = (self.model.output_shape[1:] or (1,))[0]
