@@ -17,7 +17,7 @@ of following it. Not TFQ itself: importing it starts TensorFlow's runtime, and t
 create its MultiWorkerMirroredStrategy first. An import the worker makes meanwhile waits for the
 thread's (Python's import lock), so nothing is imported twice or half.
 
-Its garbage collector. Importing TensorFlow, TFQ and cirq makes about a million objects, none of
+Its garbage collector. Importing TensorFlow, TFQ and cirq makes half a million objects, hardly any of
 them garbage, and every later collection of Python's oldest generation walks them all again while the
 worker builds and traces its model. `collector_paused` keeps them out of it; the inference actors
 and the serving replicas build their models within it too.
