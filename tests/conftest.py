@@ -1,6 +1,7 @@
 """Shared fixtures: the commands run as a user runs them, in subprocesses with their own local Ray."""
 
 import atexit
+import gc
 import importlib
 import json
 import os
@@ -116,6 +117,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if uses := wrong & fixtures:
             raise pytest.UsageError(f"{item.nodeid} uses {sorted(uses)}: out of its lane (conftest.ON_CLUSTERS)")
     items.sort(key=lambda item: "multi_node_cluster" in item.fixturenames)
+
+
+def pytest_collection_finish(session) -> None:
+    """Move what the test modules imported (TensorFlow's and TFQ's half a million objects) out of the
+    garbage collector's way: its passes no longer walk them in every test (gc.freeze)."""
+    gc.freeze()
 
 
 def require(found: bool, reason: str) -> None:
