@@ -1,13 +1,14 @@
 """Thread rounds: the share of a worker's threads its steps leave idle, and the warning about it;
 a job's workers find their own cluster beside another Ray on the machine; joining a cluster releases
-what ended jobs left reserved there."""
+what ended jobs left reserved there; the garbage collector kept out of a worker's imports."""
 
+import gc
 import subprocess
 import sys
 
 import pytest
 
-from qml_ray import config as config_lib, runtime
+from qml_ray import config as config_lib, runtime, worker_setup
 from qml_ray.train import warn_idle_threads
 
 from conftest import ROOT, command_env
@@ -162,3 +163,20 @@ def test_joining_a_cluster_releases_what_ended_jobs_left_reserved(shared_cluster
         for name in ("keeper", "service"):  # the keeper's reservation goes with it
             ray.kill(ray.get_actor(name, namespace="test_runtime"))
         ray.shutdown()
+
+
+def test_the_collector_pauses_for_the_body_and_what_it_made_is_frozen_after():
+    """What the body makes is out of every later collection; the collector runs again after it, unless
+    the caller had paused it."""
+    with worker_setup.collector_paused():
+        assert not gc.isenabled()
+        made = [[] for _ in range(1000)]  # lists: objects the collector tracks
+        frozen = gc.get_freeze_count()
+    assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(made)
+    gc.disable()
+    try:
+        with worker_setup.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
