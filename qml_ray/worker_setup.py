@@ -50,8 +50,8 @@ def _import() -> None:
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's garbage collector paused while the body imports TensorFlow or builds a model (none of
-    what it makes is garbage), then everything it made moved out of the collector's way (gc.freeze):
+    """Python's garbage collector paused while the body imports TensorFlow or builds a model (hardly
+    any of what it makes is garbage), then everything it made moved out of the collector's way (gc.freeze):
     1.5 of the 12.5 CPU-seconds of a smoke training's worker here (docs/testing.md)."""
     enabled = gc.isenabled()
     gc.disable()
