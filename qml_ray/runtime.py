@@ -170,14 +170,26 @@ def leave() -> None:
         interrupts.exit_now(0)
 
 
+# Ray Data's warning, before it runs a data set, when the cluster has no CPU free at that moment.
+NO_FREE_CPU_WARNING = "Warning: The Ray cluster currently does not have any available CPUs."
+
+
 def quiet_ray_data(verbose: bool) -> None:
-    """Keep Ray Data's progress lines (INFO) off the console, unless `verbose`."""
+    """Keep Ray Data's progress lines (INFO) off the console, unless `verbose`; and its warning that no
+    CPU is free, which it gives when the inference actors, done, have not yet given theirs back (a false
+    alarm: the commands wait for the capacity they need themselves, within --capacity-timeout)."""
     if not verbose:
         import logging
 
         import ray.data  # noqa: F401  (it sets its loggers' levels on import)
 
         logging.getLogger("ray.data").setLevel(logging.WARNING)
+        logging.getLogger("ray.data.dataset").addFilter(not_the_no_free_cpu_warning)
+
+
+def not_the_no_free_cpu_warning(record) -> bool:
+    """A logging filter: every record of Ray Data's but NO_FREE_CPU_WARNING."""
+    return not record.getMessage().startswith(NO_FREE_CPU_WARNING)
 
 
 def cluster_target(address: str) -> str | None:

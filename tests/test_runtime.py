@@ -1,10 +1,16 @@
 """Thread rounds: the share of a worker's threads its steps leave idle, and the warning about it;
 a job's workers find their own cluster beside another Ray on the machine; joining a cluster releases
-what ended jobs left reserved there; the garbage collector kept out of a worker's imports."""
+what ended jobs left reserved there; the garbage collector kept out of a worker's imports; Ray Data's
+false alarm of no free CPU kept off the console."""
 
+import ast
 import gc
+import inspect
+import logging
 import subprocess
 import sys
+import textwrap
+from logging.handlers import BufferingHandler
 
 import pytest
 
@@ -180,3 +186,26 @@ def test_the_collector_pauses_for_the_body_and_what_it_made_is_frozen_after():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_ray_datas_warning_that_no_cpu_is_free_is_kept_off_a_quiet_console_and_only_it():
+    """Ray Data warns, before running a data set, when no CPU is free at that moment, as when the inference
+    actors, done, still hold theirs: a command not --verbose drops that warning (Ray Data's own text, read
+    from its source), and keeps Ray Data's others."""
+    from ray.data import Dataset
+
+    source = ast.parse(textwrap.dedent(inspect.getsource(Dataset._execute)))
+    texts = [node.value for node in ast.walk(source) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    [warning] = [text for text in texts if text.startswith(runtime.NO_FREE_CPU_WARNING)]
+    logger, seen = logging.getLogger("ray.data.dataset"), BufferingHandler(10)
+    level = logging.getLogger("ray.data").level
+    logger.addHandler(seen)
+    try:
+        runtime.quiet_ray_data(verbose=False)
+        logger.warning(warning)
+        logger.warning("another warning of Ray Data's")
+    finally:
+        logger.removeHandler(seen)
+        logger.removeFilter(runtime.not_the_no_free_cpu_warning)
+        logging.getLogger("ray.data").setLevel(level)
+    assert [record.getMessage() for record in seen.buffer] == ["another warning of Ray Data's"]
