@@ -9,7 +9,6 @@ import inspect
 import logging
 import subprocess
 import sys
-import textwrap
 from logging.handlers import BufferingHandler
 
 import pytest
@@ -191,10 +190,10 @@ def test_the_collector_pauses_for_the_body_and_what_it_made_is_frozen_after():
 def test_ray_datas_warning_that_no_cpu_is_free_is_kept_off_a_quiet_console_and_only_it():
     """Ray Data warns, before running a data set, when no CPU is free at that moment, as when the inference
     actors, done, still hold theirs: a command not --verbose drops that warning (Ray Data's own text, read
-    from its source), and keeps Ray Data's others."""
-    from ray.data import Dataset
+    from its module's source), and keeps Ray Data's others."""
+    from ray.data import dataset
 
-    source = ast.parse(textwrap.dedent(inspect.getsource(Dataset._execute)))
+    source = ast.parse(inspect.getsource(dataset))
     texts = [node.value for node in ast.walk(source) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
     [warning] = [text for text in texts if text.startswith(runtime.NO_FREE_CPU_WARNING)]
     logger, seen = logging.getLogger("ray.data.dataset"), BufferingHandler(10)
